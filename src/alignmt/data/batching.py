@@ -1,0 +1,153 @@
+"""Length-bucketed batches: similar lengths together so little compute is spent on padding."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    """Padded tensors of one batch. `indices` point back into the split, to restore order."""
+
+    src: torch.Tensor  # [B, S] source ids ending in [EOS]
+    src_lengths: torch.Tensor  # [B] (on CPU, as packing wants)
+    tgt_in: torch.Tensor  # [B, T] [BOS] y_1 .. y_n   (decoder input)
+    tgt_out: torch.Tensor  # [B, T] y_1 .. y_n [EOS]  (prediction targets)
+    indices: torch.Tensor  # [B]
+
+    def __len__(self) -> int:
+        return self.src.size(0)
+
+    @property
+    def num_target_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+class EncodedPairs(Dataset):
+    """Id sequences of one split; item i is (i, source ids, target ids)."""
+
+    def __init__(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]):
+        assert len(sources) == len(targets)
+        self.sources = [torch.tensor([*s, EOS_ID], dtype=torch.long) for s in sources]
+        self.targets = [torch.tensor(t, dtype=torch.long) for t in targets]
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, i: int):
+        return i, self.sources[i], self.targets[i]
+
+    def lengths(self) -> np.ndarray:
+        """Per pair, the longer side (with [EOS]/[BOS]): what a batch's padded size depends on."""
+        return np.array(
+            [max(len(s), len(t) + 1) for s, t in zip(self.sources, self.targets, strict=True)],
+            dtype=np.int64,
+        )
+
+
+def collate(items) -> Batch:
+    indices, sources, targets = zip(*items, strict=True)
+    n = len(items)
+    src_lengths = torch.tensor([len(s) for s in sources], dtype=torch.long)
+    tgt_lengths = [len(t) + 1 for t in targets]
+    src = torch.full((n, int(src_lengths.max())), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((n, max(tgt_lengths)), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full_like(tgt_in, PAD_ID)
+    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
+        src[row, : len(s)] = s
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    return Batch(src, src_lengths, tgt_in, tgt_out, torch.tensor(indices, dtype=torch.long))
+
+
+class LengthBucketSampler(Sampler[list[int]]):
+    """Yields batches of indices of similar length.
+
+    Training: shuffle, sort within pools of `pool_batches` batches, cut into batches, shuffle the
+    batches; reseeded every epoch (`set_epoch`), so runs are reproducible. Evaluation
+    (`shuffle=False`): sorted by length. A batch holds `batch_size` pairs or, when `max_tokens`
+    is set, as many as fit in `max_tokens` padded tokens. Under DDP each rank takes every
+    `world_size`-th batch (training batches are cut to a multiple of `world_size` so all ranks
+    run the same number of steps).
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int = 64,
+        max_tokens: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        pool_batches: int = 100,
+        world_size: int = 1,
+        rank: int = 0,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pool_batches = pool_batches
+        self.world_size = world_size
+        self.rank = rank
+        self.epoch = 0
+        if max_tokens is not None and len(self.lengths) and self.lengths.max() > max_tokens:
+            raise ValueError(
+                f"max_tokens={max_tokens} is smaller than the longest sequence "
+                f"({self.lengths.max()} tokens)"
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _cut(self, order: np.ndarray) -> list[list[int]]:
+        if self.max_tokens is None:
+            return [
+                order[i : i + self.batch_size].tolist()
+                for i in range(0, len(order), self.batch_size)
+            ]
+        batches, start, longest = [], 0, 0
+        for pos, idx in enumerate(order):
+            longest_with = max(longest, self.lengths[idx])
+            if pos > start and longest_with * (pos - start + 1) > self.max_tokens:
+                batches.append(order[start:pos].tolist())
+                start, longest_with = pos, self.lengths[idx]
+            longest = longest_with
+        if start < len(order):
+            batches.append(order[start:].tolist())
+        return batches
+
+    def _batches(self) -> list[list[int]]:
+        if not self.shuffle:
+            batches = self._cut(np.argsort(self.lengths, kind="stable"))
+            return batches[self.rank :: self.world_size]
+        rng = np.random.default_rng((self.seed, self.epoch))
+        order = rng.permutation(len(self.lengths))
+        pool = self.batch_size * self.pool_batches
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = order[start : start + pool]
+            batches += self._cut(chunk[np.argsort(self.lengths[chunk], kind="stable")])
+        rng.shuffle(batches)
+        usable = len(batches) - len(batches) % self.world_size
+        return batches[self.rank : usable : self.world_size]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self._batches()
+
+    def __len__(self) -> int:
+        if self.max_tokens is None and self.shuffle:
+            return math.ceil(len(self.lengths) / self.batch_size) // self.world_size
+        return len(self._batches())

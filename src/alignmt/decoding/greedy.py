@@ -1,0 +1,53 @@
+"""Greedy search, batched: one decoder step per output position for the whole batch."""
+
+from __future__ import annotations
+
+import torch
+
+from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from alignmt.decoding.hypothesis import Hypothesis, max_output_lengths
+from alignmt.models.seq2seq import Seq2Seq, reorder_state
+
+
+class GreedySearch:
+    """Picks the most probable word at every step. A sentence stops at [EOS] or at
+    `max_length_ratio * source length + max_length_offset` words; finished sentences leave the
+    active batch so the remaining steps run on fewer rows."""
+
+    def __init__(self, max_length_ratio: float = 2.0, max_length_offset: int = 10):
+        self.max_length_ratio = max_length_ratio
+        self.max_length_offset = max_length_offset
+
+    @torch.inference_mode()
+    def __call__(
+        self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor
+    ) -> list[list[Hypothesis]]:
+        B, S = src.shape
+        device = src.device
+        memory, state = model.start(src, src_lengths)
+        limits = max_output_lengths(src_lengths, self.max_length_ratio, self.max_length_offset)
+        limits = limits.to(device)
+        T = int(limits.max()) + 1  # + [EOS]
+        tokens = torch.full((B, T), PAD_ID, dtype=torch.long, device=device)
+        attention = torch.zeros(B, T, S, device=device) if model.has_attention else None
+        scores = torch.zeros(B, device=device)
+        active = torch.arange(B, device=device)
+        prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+        for t in range(T):
+            logits, state, alpha = model.step(prev, memory, state)
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            best = log_probs.argmax(dim=-1)
+            best = torch.where(limits[active] <= t, torch.full_like(best, EOS_ID), best)
+            tokens[active, t] = best
+            scores[active] += log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+            if attention is not None:
+                attention[active, t, : alpha.size(1)] = alpha.float()
+            running = best != EOS_ID
+            if not bool(running.all()):
+                if not bool(running.any()):
+                    break
+                keep = running.nonzero().squeeze(1)
+                active, best = active[keep], best[keep]
+                memory, state = memory.index_select(keep), reorder_state(state, keep)
+            prev = best
+        return Hypothesis.from_batch(tokens, scores, attention, src_lengths)

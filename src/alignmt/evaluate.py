@@ -1,0 +1,50 @@
+"""`alignmt-evaluate ckpt=PATH`: recompute the test metrics and result files of a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from alignmt.checkpoint import load_checkpoint
+from alignmt.config import CONF_DIR, instantiate
+from alignmt.task import TranslationTask
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    restored = load_checkpoint(cfg.ckpt)
+    OmegaConf.save(cfg, run_dir / "evaluate.yaml", resolve=True)
+    OmegaConf.save(restored.config, run_dir / "config.yaml")
+    search = instantiate(cfg.decoding if cfg.get("decoding") else restored.config.decoding)
+    task = TranslationTask(
+        restored.model,
+        optimizer=None,
+        search=search,
+        heatmaps=cfg.heatmaps,
+        out_dir=str(run_dir),
+        run_config=OmegaConf.to_container(restored.config),
+    )
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
+    trainer.test(task, datamodule=restored.datamodule, verbose=False)
+    metrics = {**task.test_metrics, "checkpoint": str(cfg.ckpt)}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    log.info(
+        "test BLEU %.2f  chrF %.2f  -> %s", metrics["test/bleu"], metrics["test/chrf"], run_dir
+    )
+    return metrics
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""BLEU by source-length bucket: the data behind Bahdanau et al.'s Figure 2."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+
+from alignmt.evaluation.bleu import check_parallel
+
+# Inclusive (lo, hi) source-length ranges; hi=None means "and longer".
+LENGTH_BUCKETS: tuple[tuple[int, int | None], ...] = (
+    (1, 10),
+    (11, 20),
+    (21, 30),
+    (31, 40),
+    (41, 50),
+    (51, None),
+)
+
+
+def bucket_label(lo: int, hi: int | None) -> str:
+    """`1-10`, ..., `51+`: the name used in metric keys and CSV rows."""
+    return f"{lo}+" if hi is None else f"{lo}-{hi}"
+
+
+def bucket_index(length: int, buckets=LENGTH_BUCKETS) -> int:
+    """Index of the bucket holding `length`; lengths below the first bucket go to it."""
+    for i, (_lo, hi) in enumerate(buckets):
+        if hi is None or length <= hi:
+            return i
+    raise ValueError(f"length {length} falls in no bucket of {buckets}")
+
+
+def bucket_metric_key(lo: int, hi: int | None) -> str:
+    """`bleu_len_1_10`, ..., `bleu_len_51_plus`: logger-safe name of a bucket's BLEU."""
+    return f"bleu_len_{lo}_plus" if hi is None else f"bleu_len_{lo}_{hi}"
+
+
+def bleu_by_length(
+    hypotheses: list[str],
+    references: list[str],
+    source_lengths: list[int],
+    buckets=LENGTH_BUCKETS,
+    tokenize: str = "13a",
+) -> list[dict]:
+    """Corpus BLEU of the sentences in each source-length bucket, one row per bucket.
+
+    BLEU is computed on each bucket as a corpus (not averaged over sentences), since
+    sentence BLEU is noisy and biased on short outputs. Empty buckets get `bleu=None`.
+    """
+    check_parallel(hypotheses, references)
+    if len(source_lengths) != len(hypotheses):
+        raise ValueError(f"{len(source_lengths)} source lengths but {len(hypotheses)} hypotheses")
+    members: list[list[int]] = [[] for _ in buckets]
+    for k, length in enumerate(source_lengths):
+        members[bucket_index(length, buckets)].append(k)
+
+    metric = BLEU(tokenize=tokenize)
+    rows = []
+    for (lo, hi), ks in zip(buckets, members, strict=True):
+        bleu = None
+        if ks:
+            hyps = [hypotheses[k] for k in ks]
+            refs = [[references[k] for k in ks]]
+            bleu = metric.corpus_score(hyps, refs).score
+        rows.append(
+            {"bucket": bucket_label(lo, hi), "lo": lo, "hi": hi, "sentences": len(ks), "bleu": bleu}
+        )
+    return rows
+
+
+CSV_COLUMNS = ("bucket", "lo", "hi", "sentences", "bleu")
+
+
+def write_bleu_by_length_csv(rows: list[dict], path: str | Path) -> None:
+    """Rows of `bleu_by_length` as CSV; blank `hi` for the open bucket, blank `bleu` if empty."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_COLUMNS})
+
+
+def read_bleu_by_length_csv(path: str | Path) -> list[dict]:
+    """Inverse of `write_bleu_by_length_csv`, with ints, floats and None restored."""
+    with Path(path).open(newline="") as f:
+        return [
+            {
+                "bucket": row["bucket"],
+                "lo": int(row["lo"]),
+                "hi": int(row["hi"]) if row["hi"] else None,
+                "sentences": int(row["sentences"]),
+                "bleu": float(row["bleu"]) if row["bleu"] else None,
+            }
+            for row in csv.DictReader(f)
+        ]

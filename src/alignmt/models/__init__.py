@@ -1,0 +1,16 @@
+from alignmt.models.encoder import EncoderOutput, RNNEncoder
+from alignmt.models.rnnencdec import RNNEncDec
+from alignmt.models.rnnsearch import RNNSearch
+from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+
+__all__ = [
+    "Decoder",
+    "DecoderOutput",
+    "DecoderState",
+    "EncoderOutput",
+    "Memory",
+    "RNNEncDec",
+    "RNNEncoder",
+    "RNNSearch",
+    "Seq2Seq",
+]

@@ -1,0 +1,28 @@
+"""Additive ("concat", "mlp") attention of Bahdanau et al. 2014."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from alignmt.models.attention.base import Attention, AttentionState
+
+
+class AdditiveAttention(Attention):
+    """e_ij = v_a^T tanh(W_a s + U_a h_j), with U_a h_j computed once per batch (`precompute`)."""
+
+    def __init__(self, query_size: int, key_size: int, attention_size: int = 1000):
+        super().__init__(query_size, key_size)
+        self.key_proj = nn.Linear(key_size, attention_size, bias=False)  # U_a
+        self.query_proj = nn.Linear(query_size, attention_size)  # W_a (its bias is b_a)
+        self.energy = nn.Linear(attention_size, 1, bias=False)  # v_a
+
+    def precompute(self, values: torch.Tensor) -> torch.Tensor:
+        return self.key_proj(values)
+
+    def score(
+        self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None
+    ) -> torch.Tensor:
+        # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
+        hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
+        return self.energy(hidden).squeeze(-1)

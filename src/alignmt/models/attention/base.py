@@ -1,0 +1,56 @@
+"""The one attention interface every decoder, beam search and coverage model talks to."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+AttentionState = dict[str, torch.Tensor]
+
+
+class Attention(nn.Module):
+    """Scores source annotations against a decoder query and returns their weighted average.
+
+    `precompute(values)` runs once per batch (e.g. Bahdanau's U_a h_j); `forward` then runs once
+    per decoder step with a query [B, Q], or once for all steps with a query [B, T, Q].
+    Weights sum to 1 over real source positions and are exactly 0 on padding. `state` carries
+    whatever a variant tracks across steps (coverage, window positions); stateless variants
+    pass it through. Subclasses implement `score`.
+    """
+
+    def __init__(self, query_size: int, key_size: int):
+        super().__init__()
+        self.query_size = query_size
+        self.key_size = key_size
+
+    def precompute(self, values: torch.Tensor) -> torch.Tensor:
+        """Keys derived from the annotations, computed once per batch (default: the annotations)."""
+        return values
+
+    def score(
+        self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None
+    ) -> torch.Tensor:
+        """Unnormalised energies [B, T, S] for queries [B, T, Q]."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        state: AttentionState | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionState | None]:
+        single_step = query.dim() == 2
+        if single_step:
+            query = query.unsqueeze(1)
+        weights = masked_softmax(self.score(query, keys, state), mask.unsqueeze(1))
+        context = torch.bmm(weights, values)
+        if single_step:
+            return context.squeeze(1), weights.squeeze(1), state
+        return context, weights, state
+
+
+def masked_softmax(energies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim with masked-out positions exactly 0."""
+    return torch.softmax(energies.masked_fill(~mask, float("-inf")), dim=-1)

@@ -1,0 +1,94 @@
+"""The source encoder: embeddings and a (bi)directional recurrent layer over packed sequences."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from alignmt.data.vocab import PAD_ID
+
+
+class EncoderOutput(NamedTuple):
+    states: torch.Tensor  # [B, S, D] annotations h_j (D = 2H when bidirectional)
+    mask: torch.Tensor  # [B, S] True on real source positions
+    final: torch.Tensor  # [B, D] last forward state and, if bidirectional, first backward state
+
+    def index_select(self, index: torch.Tensor) -> EncoderOutput:
+        return EncoderOutput(*(t.index_select(0, index) for t in self))
+
+
+RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class RNNEncoder(nn.Module):
+    """Embeds the source and runs a recurrent encoder over it, packed so that padding never
+    enters the recurrence (the backward direction starts at each sentence's real last word).
+
+    `reverse_source` feeds the words in reverse order (Sutskever et al. 2014); the annotations
+    are returned in source order either way, so attention and alignments stay comparable.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bidirectional: bool = True,
+        rnn_type: str = "gru",
+        dropout: float = 0.0,
+        reverse_source: bool = False,
+    ):
+        super().__init__()
+        if rnn_type not in RNN_TYPES:
+            raise ValueError(f"rnn_type must be one of {sorted(RNN_TYPES)}, got {rnn_type!r}")
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_TYPES[rnn_type](
+            embedding_dim,
+            hidden_size,
+            num_layers=num_layers,
+            bidirectional=bidirectional,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.hidden_size = hidden_size
+        self.bidirectional = bidirectional
+        self.reverse_source = reverse_source
+        self.output_size = hidden_size * (2 if bidirectional else 1)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
+        mask = src != PAD_ID
+        if self.reverse_source:
+            src = reverse_padded(src, src_lengths)
+        embedded = self.dropout(self.embedding(src))
+        packed = pack_padded_sequence(
+            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        states, _ = pad_packed_sequence(
+            self.rnn(packed)[0], batch_first=True, total_length=src.size(1)
+        )
+        # Final states in reading order: forward after the last word read, backward after the first.
+        H = self.hidden_size
+        last = (src_lengths.to(states.device) - 1).view(-1, 1, 1).expand(-1, 1, H)
+        final = states[..., :H].gather(1, last).squeeze(1)
+        if self.bidirectional:
+            final = torch.cat([final, states[:, 0, H:]], dim=-1)
+        if self.reverse_source:
+            states = reverse_padded(states, src_lengths)
+        states = self.dropout(states)
+        return EncoderOutput(states, mask, final)
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row's first `lengths[b]` positions along dim 1, leaving padding in place."""
+    S = x.size(1)
+    positions = torch.arange(S, device=x.device).unsqueeze(0)
+    lengths = lengths.to(x.device).unsqueeze(1)
+    index = torch.where(positions < lengths, lengths - 1 - positions, positions)
+    if x.dim() == 3:
+        index = index.unsqueeze(-1).expand_as(x)
+    return x.gather(1, index)

@@ -1,0 +1,54 @@
+"""Parameter initialisation schemes selectable from config (`model.init`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from alignmt.models.attention import AdditiveAttention
+
+SCHEMES = ("default", "paper")
+
+
+def initialise(model: nn.Module, scheme: str) -> None:
+    """`default` keeps PyTorch's initialisation; `paper` is Bahdanau et al. 2014's."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"model.init must be one of {SCHEMES}, got {scheme!r}")
+    if scheme == "paper":
+        paper_init(model)
+
+
+@torch.no_grad()
+def paper_init(model: nn.Module) -> None:
+    """Appendix B.1 of Bahdanau et al. 2014: recurrent matrices random orthogonal; W_a and U_a
+    from N(0, 0.001^2); v_a and all biases zero; every other weight from N(0, 0.01^2)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, 0.01)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.RNNBase):
+            for name, param in module.named_parameters():
+                if name.startswith("weight_hh"):
+                    orthogonal_blocks_(param)
+                elif name.startswith("weight"):
+                    nn.init.normal_(param, 0.0, 0.01)
+                else:
+                    nn.init.zeros_(param)
+    for module in model.modules():
+        if isinstance(module, AdditiveAttention):
+            nn.init.normal_(module.key_proj.weight, 0.0, 0.001)
+            nn.init.normal_(module.query_proj.weight, 0.0, 0.001)
+            nn.init.zeros_(module.energy.weight)
+        recurrent = getattr(module, "recurrent_proj", None)
+        if isinstance(recurrent, nn.Linear):
+            orthogonal_blocks_(recurrent.weight)
+
+
+def orthogonal_blocks_(weight: torch.Tensor) -> None:
+    """Each square gate block of a stacked [k*H, H] recurrent matrix: its own orthogonal init."""
+    hidden = weight.size(1)
+    for block in weight.split(hidden, dim=0):
+        nn.init.orthogonal_(block)

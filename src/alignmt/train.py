@@ -1,0 +1,85 @@
+"""`alignmt-train`: train, pick the best checkpoint on validation BLEU, test it.
+
+With no arguments it runs the quickstart: RNNsearch on the embedded toy corpus, on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf
+
+from alignmt.config import CONF_DIR, instantiate
+from alignmt.runs import build_callbacks, build_loggers, finish_loggers, save_config
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict:
+    """Runs one experiment and returns its metrics (also written to run_dir/metrics.json)."""
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.data, seed=cfg.seed)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model = instantiate(
+        cfg.model,
+        src_vocab_size=len(datamodule.source_vocab),
+        tgt_vocab_size=len(datamodule.target_vocab),
+    )
+    make_task = instantiate(cfg.task, _partial_=True)
+    task = make_task(
+        model=model,
+        optimizer=instantiate(cfg.optim),
+        search=instantiate(cfg.decoding),
+        out_dir=str(run_dir),
+        run_config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    loggers = build_loggers(cfg)
+    checkpoint, callbacks = build_callbacks(cfg, run_dir)
+    trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks)
+    try:
+        started = time.perf_counter()
+        trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        train_seconds = time.perf_counter() - started
+        best = checkpoint.best_model_path or None
+        trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False)
+    finally:
+        finish_loggers(loggers)
+    metrics = {
+        **task.test_metrics,
+        "val/best_bleu": None
+        if checkpoint.best_model_score is None
+        else float(checkpoint.best_model_score),
+        "best_checkpoint": best,
+        "train_seconds": round(train_seconds, 1),
+        "train_steps": trainer.global_step,
+    }
+    if trainer.is_global_zero:
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        log.info("run directory: %s", run_dir)
+        log.info(
+            "test BLEU %.2f  chrF %.2f  (%s)",
+            metrics["test/bleu"],
+            metrics["test/chrf"],
+            metrics["bleu_signature"],
+        )
+    return metrics
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    metrics = train(cfg)
+    return metrics.get(cfg.get("optimized_metric") or "", None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+import torch
+
+from alignmt.models.attention import AdditiveAttention
+
+
+def test_additive_attention_weights_and_context():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(query_size=6, key_size=8, attention_size=5)
+    values = torch.randn(3, 7, 8, requires_grad=True)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])
+    keys = attention.precompute(values)
+    query = torch.randn(3, 6)
+    context, weights, state = attention(query, keys, values, mask)
+    assert context.shape == (3, 8) and weights.shape == (3, 7) and state is None
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3))
+    assert torch.all(weights[~mask] == 0)
+    torch.testing.assert_close(weights[2, 0], torch.tensor(1.0))
+    torch.testing.assert_close(context, torch.einsum("bs,bsd->bd", weights, values))
+    context.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in attention.parameters())
+
+
+def test_all_steps_at_once_equals_one_step_at_a_time():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(query_size=6, key_size=8, attention_size=5)
+    values = torch.randn(2, 5, 8)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    keys = attention.precompute(values)
+    queries = torch.randn(2, 4, 6)
+    context, weights, _ = attention(queries, keys, values, mask)
+    for t in range(4):
+        c, w, _ = attention(queries[:, t], keys, values, mask)
+        torch.testing.assert_close(c, context[:, t])
+        torch.testing.assert_close(w, weights[:, t])

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from alignmt.config import CONF_DIR, instantiate
 from alignmt.data.vocab import PAD_ID
+from alignmt.runtime import keep_freed_memory
 
 
 def peak_memory_mib(device: torch.device) -> float:
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--decode-sentences", type=int, default=600)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    keep_freed_memory()
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["run_dir=/tmp/alignmt-bench", *args.overrides])

@@ -35,15 +35,36 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("alignmt-cache")
 
 
+def compose_config(name: str, overrides: list[str]):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose(name, overrides=overrides)
+
+
+def tiny_train_config(cache_dir, run_dir, *overrides: str, tiny: bool = True):
+    base = [f"data.corpus.cache_dir={cache_dir}", f"run_dir={run_dir}"]
+    if tiny:
+        base += TINY_DATA + TINY_MODEL + TINY_TRAINER
+    return compose_config("train", [*base, *overrides])
+
+
 @pytest.fixture
 def compose_train(cache_dir, tmp_path):
     """compose_train(*overrides): the training config, tiny everything, run_dir in tmp_path."""
 
     def _compose(*overrides: str, tiny: bool = True, run_dir=None):
-        base = [f"data.corpus.cache_dir={cache_dir}", f"run_dir={run_dir or tmp_path / 'run'}"]
-        if tiny:
-            base += TINY_DATA + TINY_MODEL + TINY_TRAINER
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("train", overrides=[*base, *overrides])
+        return tiny_train_config(cache_dir, run_dir or tmp_path / "run", *overrides, tiny=tiny)
 
     return _compose
+
+
+@pytest.fixture(scope="session")
+def trained_run(cache_dir, tmp_path_factory):
+    """One tiny RNNsearch run shared by the tests that only read its outputs."""
+    from alignmt.train import train
+
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    cfg = tiny_train_config(
+        cache_dir, run_dir, "trainer.max_steps=30", "trainer.val_check_interval=15"
+    )
+    metrics = train(cfg)
+    return cfg, metrics

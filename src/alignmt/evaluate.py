@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
+from alignmt.runtime import keep_freed_memory
 from alignmt.task import TranslationTask
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    keep_freed_memory()
     evaluate(cfg)
 
 

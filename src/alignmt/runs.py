@@ -41,7 +41,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, li
     checkpoints = run_dir / "checkpoints"
     best = ModelCheckpoint(
         dirpath=checkpoints,
-        filename="best-{step}",
+        filename="best-step{step:06d}",  # no '=' in the name: it must pass as a Hydra override
+        auto_insert_metric_name=False,
         monitor="val/bleu",
         mode="max",
         save_top_k=1,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from alignmt.config import CONF_DIR, instantiate
 from alignmt.runs import build_callbacks, build_loggers, finish_loggers, save_config
+from alignmt.runtime import keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +48,14 @@ def train(cfg: DictConfig) -> dict:
     loggers = build_loggers(cfg)
     checkpoint, callbacks = build_callbacks(cfg, run_dir)
     trainer: pl.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks)
+    # Without ckpt_path, Lightning resumes from the run directory's own last or interrupted
+    # checkpoint if there is one (re-running a run_dir continues it); no need to warn.
+    warnings.filterwarnings("ignore", message=r".*fit\(ckpt_path=(None|\"last\")\)")
     try:
         started = time.perf_counter()
         trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
         train_seconds = time.perf_counter() - started
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")  # the final state, always
         best = checkpoint.best_model_path or None
         trainer.test(task, datamodule=datamodule, ckpt_path=best, verbose=False)
     finally:
@@ -77,6 +83,7 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    keep_freed_memory()
     metrics = train(cfg)
     return metrics.get(cfg.get("optimized_metric") or "", None)
 

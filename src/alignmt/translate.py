@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
+from alignmt.runtime import keep_freed_memory
 from alignmt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    keep_freed_memory()
     if cfg.input:
         with open(cfg.input, encoding="utf-8") as source:
             lines = [line.rstrip("\r\n") for line in source]

@@ -10,6 +10,7 @@ from torch import nn
 from alignmt.data.vocab import PAD_ID
 from alignmt.models.attention import AdditiveAttention, Attention
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
+from alignmt.models.fused_recurrence import AdditiveGRURecurrence
 from alignmt.models.init import initialise
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
@@ -55,6 +56,8 @@ class RNNSearchDecoder(Decoder):
         self.readout = MaxoutReadout(
             hidden_size + embedding_dim + context_size, maxout_size, vocab_size, dropout=dropout
         )
+        # Teacher forcing through the hand-written recurrence when attention is plain additive.
+        self.fused = type(attention) is AdditiveAttention
 
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         backward_first = encoded.final[:, encoded.final.size(1) // 2 :]
@@ -72,10 +75,18 @@ class RNNSearchDecoder(Decoder):
 
     def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
         embedded = self.embedding(tgt_in)  # [B, T, E]
-        embedded_gates = self.embedding_proj(embedded)
+        embedded_gates = self.embedding_proj(embedded)  # the E y part of the GRU input, all steps
+        if self.fused and "attention" not in state:
+            hiddens, contexts, weights = self._fused_recurrence(embedded_gates, memory, state)
+        else:
+            hiddens, contexts, weights = self._recurrence(embedded_gates, memory, state)
+        logits = self.readout(hiddens, embedded, contexts)
+        return DecoderOutput(logits, weights)
+
+    def _recurrence(self, embedded_gates, memory: Memory, state: DecoderState):
         hidden, attn_state = state["hidden"], state.get("attention")
         hiddens, contexts, weights = [], [], []
-        for t in range(tgt_in.size(1)):
+        for t in range(embedded_gates.size(1)):
             context, alpha, attn_state = self.attention(
                 hidden, memory.keys, memory.values, memory.mask, attn_state
             )
@@ -83,8 +94,21 @@ class RNNSearchDecoder(Decoder):
             contexts.append(context)
             weights.append(alpha)
             hidden = self._gru(hidden, embedded_gates[:, t], context)
-        logits = self.readout(torch.stack(hiddens, 1), embedded, torch.stack(contexts, 1))
-        return DecoderOutput(logits, torch.stack(weights, 1))
+        return torch.stack(hiddens, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
+
+    def _fused_recurrence(self, embedded_gates, memory: Memory, state: DecoderState):
+        attention = self.attention
+        return AdditiveGRURecurrence.apply(
+            embedded_gates,
+            state["hidden"],
+            memory.keys,
+            memory.values,
+            memory.mask,
+            torch.cat([attention.query_proj.weight, self.recurrent_proj.weight]),
+            torch.cat([attention.query_proj.bias, self.recurrent_proj.bias]),
+            attention.energy.weight.view(-1),
+            self.context_proj.weight,
+        )
 
     def step(self, prev_tokens, memory, state):
         embedded = self.embedding(prev_tokens)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
+from alignmt.models.functional import tanh
 
 
 class AdditiveAttention(Attention):
@@ -24,5 +25,5 @@ class AdditiveAttention(Attention):
         self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None
     ) -> torch.Tensor:
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
-        hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
+        hidden = tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)

@@ -47,7 +47,7 @@ def test_a_run_directory_holds_config_metrics_checkpoints_and_plots(trained_run)
 
 
 def test_checkpoints_load_with_weights_only(trained_run):
-    cfg, metrics = trained_run
+    _, metrics = trained_run
     ckpt = torch.load(metrics["best_checkpoint"], weights_only=True)
     assert ckpt["vocabularies"]["source"][:4] == ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
     assert ckpt["hyper_parameters"]["config"]["model"]["_target_"] == "alignmt.models.RNNSearch"

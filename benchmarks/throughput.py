@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
 from alignmt.data.vocab import PAD_ID
 from alignmt.runtime import keep_freed_memory
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--decode-sentences", type=int, default=600)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--ckpt", default=None, help="decode with these weights (trained model)")
     args = parser.parse_args()
     keep_freed_memory()
 
@@ -83,20 +85,25 @@ def main() -> None:
         f"sentences/s  ({args.steps} steps after {args.warmup} warm-up, loss {loss.item():.3f})"
     )
 
+    if args.ckpt:
+        model = load_checkpoint(args.ckpt).model.to(device)
     model.eval()
     search = instantiate(cfg.decoding)
-    decoded = 0
+    decoded = words = 0
     start = time.perf_counter()
     for batch in dm.test_dataloader():
-        search(model, batch.src.to(device), batch.src_lengths)
+        hypotheses = search(model, batch.src.to(device), batch.src_lengths)
+        words += sum(len(nbest[0].tokens) + 1 for nbest in hypotheses)
         decoded += len(batch)
         if decoded >= args.decode_sentences:
             break
     if device.type == "cuda":
         torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    state = "trained" if args.ckpt else "untrained"
     print(
-        f"greedy  {decoded / (time.perf_counter() - start):10.1f} sentences/s  "
-        f"(test split, batch {dm.eval_batch_size})"
+        f"greedy  {decoded / seconds:10.1f} sentences/s  {words / seconds:8.0f} output tokens/s  "
+        f"(test split, batch {dm.eval_batch_size}, {state} model)"
     )
     print(f"peak memory {peak_memory_mib(device):.0f} MiB")
 

@@ -37,8 +37,11 @@ def main() -> None:
     parser.add_argument("--decode-sentences", type=int, default=600)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--ckpt", default=None, help="decode with these weights (trained model)")
+    parser.add_argument("--unfused", action="store_true", help="plain autograd recurrence")
+    parser.add_argument("--default-allocator", action="store_true", help="glibc defaults")
     args = parser.parse_args()
-    keep_freed_memory()
+    if not args.default_allocator:
+        keep_freed_memory()
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["run_dir=/tmp/alignmt-bench", *args.overrides])
@@ -50,6 +53,8 @@ def main() -> None:
     model = instantiate(
         cfg.model, src_vocab_size=len(dm.source_vocab), tgt_vocab_size=len(dm.target_vocab)
     ).to(device)
+    if args.unfused:
+        model.decoder.fused = False
     optimizer = instantiate(cfg.optim)(model.parameters())
     clip = cfg.trainer.get("gradient_clip_val") or 0.0
     params = sum(p.numel() for p in model.parameters())

@@ -19,7 +19,13 @@ from alignmt.evaluation.by_length import read_bleu_by_length_csv
 from alignmt.plots import plot_bleu_by_length
 
 DEFAULT_KEYS = ("model._target_", "model.attention._target_")
-DEFAULT_METRICS = ("test/bleu", "test/bleu_len_41_50", "test/bleu_len_51_plus", "test/ppl", "test/aer")
+DEFAULT_METRICS = (
+    "test/bleu",
+    "test/bleu_len_41_50",
+    "test/bleu_len_51_plus",
+    "test/ppl",
+    "test/aer",
+)
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -86,7 +92,8 @@ def markdown(table: list[dict]) -> str:
 def report(paths: list[Path], out: Path, keys: list[str], metrics: list[str], label: str | None):
     runs = find_runs(paths)
     if not runs:
-        raise SystemExit(f"no runs (directories with config.yaml) under {', '.join(map(str, paths))}")
+        where = ", ".join(map(str, paths))
+        raise SystemExit(f"no runs (directories with config.yaml) under {where}")
     rows = collect(runs, keys, metrics)
     table = summarise(rows, keys, metrics)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
+from alignmt.models.luong import Luong, LuongDecoder
 from alignmt.models.rnnencdec import RNNEncDec
 from alignmt.models.rnnsearch import RNNSearch
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
@@ -8,6 +9,8 @@ __all__ = [
     "DecoderOutput",
     "DecoderState",
     "EncoderOutput",
+    "Luong",
+    "LuongDecoder",
     "Memory",
     "RNNEncDec",
     "RNNEncoder",

@@ -14,10 +14,14 @@ from alignmt.data.vocab import PAD_ID
 class EncoderOutput(NamedTuple):
     states: torch.Tensor  # [B, S, D] annotations h_j (D = 2H when bidirectional)
     mask: torch.Tensor  # [B, S] True on real source positions
-    final: torch.Tensor  # [B, D] last forward state and, if bidirectional, first backward state
+    hidden: torch.Tensor  # [B, L, D] every layer's final state: [forward last; backward first]
+    cell: torch.Tensor | None  # [B, L, D] the same for LSTM memory cells, else None
 
-    def index_select(self, index: torch.Tensor) -> EncoderOutput:
-        return EncoderOutput(*(t.index_select(0, index) for t in self))
+    @property
+    def final(self) -> torch.Tensor:
+        """[B, D] the top layer's final states (forward after the last word, backward after
+        the first)."""
+        return self.hidden[:, -1]
 
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -59,6 +63,8 @@ class RNNEncoder(nn.Module):
         self.bidirectional = bidirectional
         self.reverse_source = reverse_source
         self.output_size = hidden_size * (2 if bidirectional else 1)
+        self.num_layers = num_layers
+        self.rnn_type = rnn_type
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         mask = src != PAD_ID
@@ -68,19 +74,21 @@ class RNNEncoder(nn.Module):
         packed = pack_padded_sequence(
             embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        states, _ = pad_packed_sequence(
-            self.rnn(packed)[0], batch_first=True, total_length=src.size(1)
-        )
-        # Final states in reading order: forward after the last word read, backward after the first.
-        H = self.hidden_size
-        last = (src_lengths.to(states.device) - 1).view(-1, 1, 1).expand(-1, 1, H)
-        final = states[..., :H].gather(1, last).squeeze(1)
-        if self.bidirectional:
-            final = torch.cat([final, states[:, 0, H:]], dim=-1)
+        packed_states, final = self.rnn(packed)
+        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src.size(1))
         if self.reverse_source:
             states = reverse_padded(states, src_lengths)
         states = self.dropout(states)
-        return EncoderOutput(states, mask, final)
+        hidden, cell = final if isinstance(final, tuple) else (final, None)
+        return EncoderOutput(states, mask, self._by_layer(hidden), self._by_layer(cell))
+
+    def _by_layer(self, final: torch.Tensor | None) -> torch.Tensor | None:
+        """[L * directions, B, H] -> [B, L, directions * H]."""
+        if final is None:
+            return None
+        directions = 2 if self.bidirectional else 1
+        B = final.size(1)
+        return final.view(-1, directions, B, self.hidden_size).permute(2, 0, 1, 3).flatten(2)
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -7,15 +7,20 @@ from torch import nn
 
 from alignmt.models.attention import AdditiveAttention
 
-SCHEMES = ("default", "paper")
+SCHEMES = ("default", "paper", "uniform")
 
 
 def initialise(model: nn.Module, scheme: str) -> None:
-    """`default` keeps PyTorch's initialisation; `paper` is Bahdanau et al. 2014's."""
+    """`default` keeps PyTorch's initialisation; `paper` is Bahdanau et al. 2014's; `uniform`
+    draws every parameter from U(-0.1, 0.1), as Luong et al. 2015 (and Sutskever et al.) do."""
     if scheme not in SCHEMES:
         raise ValueError(f"model.init must be one of {SCHEMES}, got {scheme!r}")
     if scheme == "paper":
         paper_init(model)
+    elif scheme == "uniform":
+        with torch.no_grad():
+            for param in model.parameters():
+                param.uniform_(-0.1, 0.1)
 
 
 @torch.no_grad()

@@ -63,7 +63,11 @@ class RNNSearchDecoder(Decoder):
         backward_first = encoded.final[:, encoded.final.size(1) // 2 :]
         hidden = torch.tanh(self.init_proj(backward_first))
         keys = self.attention.precompute(encoded.states)
-        return Memory(encoded.states, keys, encoded.mask), {"hidden": hidden}
+        state = {"hidden": hidden}
+        attention_state = self.attention.init_state(encoded.states, encoded.mask)
+        if attention_state is not None:
+            state["attention"] = attention_state
+        return Memory(encoded.states, keys, encoded.mask), state
 
     def _gru(self, hidden, embedded_gates, context):
         gates_x = embedded_gates + self.context_proj(context)
@@ -113,10 +117,14 @@ class RNNSearchDecoder(Decoder):
     def step(self, prev_tokens, memory, state):
         embedded = self.embedding(prev_tokens)
         hidden = state["hidden"]
-        context, alpha, _ = self.attention(hidden, memory.keys, memory.values, memory.mask)
+        context, alpha, attention_state = self.attention(
+            hidden, memory.keys, memory.values, memory.mask, state.get("attention")
+        )
         logits = self.readout(hidden, embedded, context)
-        hidden = self._gru(hidden, self.embedding_proj(embedded), context)
-        return logits, {"hidden": hidden}, alpha
+        new_state = {"hidden": self._gru(hidden, self.embedding_proj(embedded), context)}
+        if attention_state is not None:
+            new_state["attention"] = attention_state
+        return logits, new_state, alpha
 
 
 class RNNSearch(Seq2Seq):

@@ -9,7 +9,9 @@ from torch import nn
 
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
 
-DecoderState = dict[str, torch.Tensor]  # batch-first tensors: beam search reorders them by index
+# Batch-first tensors (and nested dicts of them, e.g. the attention's own state): beam search
+# and dropping finished sentences reorder them by index.
+DecoderState = dict[str, "torch.Tensor | DecoderState"]
 
 
 class Memory(NamedTuple):
@@ -30,7 +32,10 @@ class DecoderOutput(NamedTuple):
 
 def reorder_state(state: DecoderState, index: torch.Tensor) -> DecoderState:
     """Select batch rows of every state tensor (beam search, dropping finished sentences)."""
-    return {name: t.index_select(0, index) for name, t in state.items()}
+    return {
+        name: reorder_state(t, index) if isinstance(t, dict) else t.index_select(0, index)
+        for name, t in state.items()
+    }
 
 
 class Decoder(nn.Module):

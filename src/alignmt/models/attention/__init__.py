@@ -1,4 +1,23 @@
-from alignmt.models.attention.additive import AdditiveAttention
+from alignmt.models.attention.additive import AdditiveAttention, ConcatAttention
 from alignmt.models.attention.base import Attention, AttentionState, masked_softmax
+from alignmt.models.attention.local import (
+    LocalAttention,
+    LocalMonotonicAttention,
+    LocalPredictiveAttention,
+)
+from alignmt.models.attention.location import LocationAttention
+from alignmt.models.attention.multiplicative import DotAttention, GeneralAttention
 
-__all__ = ["AdditiveAttention", "Attention", "AttentionState", "masked_softmax"]
+__all__ = [
+    "AdditiveAttention",
+    "Attention",
+    "AttentionState",
+    "ConcatAttention",
+    "DotAttention",
+    "GeneralAttention",
+    "LocalAttention",
+    "LocalMonotonicAttention",
+    "LocalPredictiveAttention",
+    "LocationAttention",
+    "masked_softmax",
+]

@@ -10,10 +10,12 @@ from alignmt.models.functional import tanh
 
 
 class AdditiveAttention(Attention):
-    """e_ij = v_a^T tanh(W_a s + U_a h_j), with U_a h_j computed once per batch (`precompute`)."""
+    """e_ij = v_a^T tanh(W_a s + U_a h_j), with U_a h_j computed once per batch (`precompute`).
+    `attention_size` (the rows of W_a and U_a) defaults to the query size, as in the paper."""
 
-    def __init__(self, query_size: int, key_size: int, attention_size: int = 1000):
+    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None):
         super().__init__(query_size, key_size)
+        attention_size = attention_size or query_size
         self.key_proj = nn.Linear(key_size, attention_size, bias=False)  # U_a
         self.query_proj = nn.Linear(query_size, attention_size)  # W_a (its bias is b_a)
         self.energy = nn.Linear(attention_size, 1, bias=False)  # v_a
@@ -27,3 +29,10 @@ class AdditiveAttention(Attention):
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
         hidden = tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)
+
+
+class ConcatAttention(AdditiveAttention):
+    """Luong et al. 2015's `concat` score v_a^T tanh(W_a [h_t; h_s]): the same function as
+    Bahdanau's additive score, W_a split into its query and key halves (the key half is
+    precomputed once per batch). It differs from `additive` only in the Luong decoder's query,
+    which is the current state h_t rather than the previous one."""

@@ -13,10 +13,13 @@ class Attention(nn.Module):
 
     `precompute(values)` runs once per batch (e.g. Bahdanau's U_a h_j); `forward` then runs once
     per decoder step with a query [B, Q], or once for all steps with a query [B, T, Q].
-    Weights sum to 1 over real source positions and are exactly 0 on padding. `state` carries
-    whatever a variant tracks across steps (coverage, window positions); stateless variants
-    pass it through. Subclasses implement `score`.
+    Weights are exactly 0 on padding and, where `normalized`, sum to 1 over the real source
+    positions. `state` carries what a variant tracks across steps (the step index of local-m,
+    coverage); `init_state` makes it, and it is a dict of batch-first tensors so that beam
+    search can reorder it. Subclasses implement `score` and, if they need more, `forward`.
     """
+
+    normalized = True  # False where the paper rescales the softmax (local-p's Gaussian)
 
     def __init__(self, query_size: int, key_size: int):
         super().__init__()
@@ -26,6 +29,9 @@ class Attention(nn.Module):
     def precompute(self, values: torch.Tensor) -> torch.Tensor:
         """Keys derived from the annotations, computed once per batch (default: the annotations)."""
         return values
+
+    def init_state(self, values: torch.Tensor, mask: torch.Tensor) -> AttentionState | None:
+        return None
 
     def score(
         self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None

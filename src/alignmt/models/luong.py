@@ -1,0 +1,199 @@
+"""The attention decoders of Luong, Pham and Manning 2015 ("Effective approaches...")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from alignmt.data.vocab import PAD_ID
+from alignmt.models.attention import Attention
+from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
+from alignmt.models.init import initialise
+from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+
+
+class LuongDecoder(Decoder):
+    """A stacked LSTM/GRU that attends with its *new* top state h_t:
+
+        h_t = RNN(h_{t-1}, [E y_{t-1}; h~_{t-1}])      (h~_{t-1} only with input feeding)
+        c_t = attend(h_t),   h~_t = tanh(W_c [c_t; h_t]),   p(y_t) = softmax(W_s h~_t)
+
+    Without attention (Luong's "base" rows) p(y_t) = softmax(W_s h_t). Without input feeding,
+    teacher forcing runs the RNN over the whole target in one call and the attention for all
+    steps as one batched product; with it, every step waits for the previous h~.
+
+    The initial state is the encoder's final state, layer by layer, when both sides have the
+    same cell, size and depth (Luong's setting); otherwise a learned bridge tanh(W [h->; h<-])
+    from the encoder's top layer (memory cells start at zero).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        rnn_type: str,
+        encoder: RNNEncoder,
+        attention: Attention | None,
+        input_feeding: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if input_feeding and attention is None:
+            raise ValueError(
+                "model.input_feeding needs attention (it was removed: ~model/attention)"
+            )
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.is_lstm = rnn_type == "lstm"
+        self.input_feeding = input_feeding
+        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=PAD_ID)
+        self.rnn = RNN_TYPES[rnn_type](
+            embedding_dim + (hidden_size if input_feeding else 0),
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.attention = attention
+        self.combine = (
+            nn.Linear(encoder.output_size + hidden_size, hidden_size, bias=False)
+            if attention is not None
+            else None
+        )  # W_c
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(hidden_size, vocab_size)  # W_s
+        copies = (
+            not encoder.bidirectional
+            and encoder.rnn_type == rnn_type
+            and encoder.hidden_size == hidden_size
+            and encoder.num_layers == num_layers
+        )
+        self.bridge = None if copies else nn.Linear(encoder.output_size, num_layers * hidden_size)
+
+    def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
+        B = encoded.states.size(0)
+        if self.bridge is None:
+            state = {"hidden": encoded.hidden}
+            if self.is_lstm:
+                state["cell"] = encoded.cell
+        else:
+            hidden = torch.tanh(self.bridge(encoded.final)).view(B, self.num_layers, -1)
+            state = {"hidden": hidden}
+            if self.is_lstm:
+                state["cell"] = torch.zeros_like(hidden)
+        if self.input_feeding:
+            state["feed"] = encoded.states.new_zeros(B, self.hidden_size)
+        keys = None
+        if self.attention is not None:
+            keys = self.attention.precompute(encoded.states)
+            attention_state = self.attention.init_state(encoded.states, encoded.mask)
+            if attention_state is not None:
+                state["attention"] = attention_state
+        return Memory(encoded.states, keys, encoded.mask), state
+
+    def _rnn_state(self, state: DecoderState):
+        hidden = state["hidden"].transpose(0, 1).contiguous()
+        if self.is_lstm:
+            return hidden, state["cell"].transpose(0, 1).contiguous()
+        return hidden
+
+    def _next_state(self, final) -> DecoderState:
+        if self.is_lstm:
+            return {"hidden": final[0].transpose(0, 1), "cell": final[1].transpose(0, 1)}
+        return {"hidden": final.transpose(0, 1)}
+
+    def _attend(self, top, memory: Memory, attention_state):
+        """top [B, (T,) H] -> attentional states h~, weights and the attention state."""
+        if self.attention is None:
+            return top, None, attention_state
+        context, weights, attention_state = self.attention(
+            top, memory.keys, memory.values, memory.mask, attention_state
+        )
+        attentional = torch.tanh(self.combine(torch.cat([context, top], dim=-1)))
+        return attentional, weights, attention_state
+
+    def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
+        if self.input_feeding:
+            return self._forward_by_steps(tgt_in, memory, state)
+        embedded = self.dropout(self.embedding(tgt_in))
+        tops, _ = self.rnn(embedded, self._rnn_state(state))
+        attentional, weights, _ = self._attend(tops, memory, state.get("attention"))
+        return DecoderOutput(self.output(self.dropout(attentional)), weights)
+
+    def _forward_by_steps(self, tgt_in, memory, state) -> DecoderOutput:
+        logits, weights = [], []
+        for t in range(tgt_in.size(1)):
+            step_logits, state, alpha = self.step(tgt_in[:, t], memory, state)
+            logits.append(step_logits)
+            weights.append(alpha)
+        attention = torch.stack(weights, 1) if self.attention is not None else None
+        return DecoderOutput(torch.stack(logits, 1), attention)
+
+    def step(self, prev_tokens, memory, state):
+        x = self.dropout(self.embedding(prev_tokens))
+        if self.input_feeding:
+            x = torch.cat([x, state["feed"]], dim=-1)
+        top, final = self.rnn(x.unsqueeze(1), self._rnn_state(state))
+        attentional, alpha, attention_state = self._attend(
+            top.squeeze(1), memory, state.get("attention")
+        )
+        attentional = self.dropout(attentional)
+        new_state = self._next_state(final)
+        if self.input_feeding:
+            new_state["feed"] = attentional
+        if attention_state is not None:
+            new_state["attention"] = attention_state
+        return self.output(attentional), new_state, alpha
+
+
+class Luong(Seq2Seq):
+    """Luong et al. 2015's family: stacked LSTM (or GRU) encoder and decoder, an attention
+    variant (`model/attention`: dot, general, concat, location, local_m, local_p;
+    `~model/attention` for none), optional input feeding and source reversal. A bidirectional
+    encoder has hidden_size / 2 units per direction, so annotations match the decoder size.
+    Paper: 4 layers of 1000 LSTM units, embeddings 1000, dropout 0.2, uniform init in
+    [-0.1, 0.1] (`init: uniform`)."""
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        embedding_dim: int = 1000,
+        hidden_size: int = 1000,
+        num_layers: int = 4,
+        rnn_type: str = "lstm",
+        bidirectional_encoder: bool = False,
+        reverse_source: bool = False,
+        input_feeding: bool = True,
+        attention: Callable[..., Attention] | None = None,
+        dropout: float = 0.0,
+        init: str = "default",
+    ):
+        encoder_hidden = hidden_size // 2 if bidirectional_encoder else hidden_size
+        encoder = RNNEncoder(
+            src_vocab_size,
+            embedding_dim,
+            encoder_hidden,
+            num_layers=num_layers,
+            bidirectional=bidirectional_encoder,
+            rnn_type=rnn_type,
+            dropout=dropout,
+            reverse_source=reverse_source,
+        )
+        decoder = LuongDecoder(
+            tgt_vocab_size,
+            embedding_dim,
+            hidden_size,
+            num_layers,
+            rnn_type,
+            encoder,
+            attention(query_size=hidden_size, key_size=encoder.output_size) if attention else None,
+            input_feeding=input_feeding,
+            dropout=dropout,
+        )
+        super().__init__(encoder, decoder)
+        initialise(self, init)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from alignmt.data.vocab import PAD_ID
 from alignmt.models import RNNSearch
 from alignmt.models.attention import AdditiveAttention
+from alignmt.models.coverage import coverage_loss
 
 
 def make():
@@ -34,6 +35,7 @@ def loss_and_grads(model, fused: bool):
     src, lengths, tgt_in, tgt_out = batch()
     out = model(src, lengths, tgt_in)
     loss = F.cross_entropy(out.logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+    loss = loss + coverage_loss(out.attention, tgt_out != PAD_ID)  # gradients through alpha too
     loss.backward()
     return out, {n: p.grad.clone() for n, p in model.named_parameters()}
 

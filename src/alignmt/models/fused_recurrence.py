@@ -62,12 +62,11 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         ctx.save_for_backward(
             s0, keys, values, w_sh, v, w_c, states, contexts, alphas, hidden, gates, gh_n
         )
-        ctx.mark_non_differentiable(alphas)
         return states, contexts, alphas
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, d_states, d_contexts, _d_alphas):
+    def backward(ctx, d_states, d_contexts, d_alphas):
         s0, keys, values, w_sh, v, w_c, states, contexts, alphas, hidden, gates, gh_n = (
             ctx.saved_tensors
         )
@@ -98,6 +97,8 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             # c = alpha V,  alpha = softmax(v . tanh(K + q))
             alpha = alphas[:, t]
             d_alpha = (values * d_c.unsqueeze(1)).sum(-1)  # bmm is 6x slower for this shape
+            if d_alphas is not None:  # a loss on the attention itself (coverage loss)
+                d_alpha = d_alpha + d_alphas[:, t]
             d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
             h = hidden[t]
             d_v.addmv_(h.reshape(-1, A).t(), d_energy.reshape(-1))

@@ -9,6 +9,7 @@ from torch import nn
 
 from alignmt.data.vocab import PAD_ID
 from alignmt.models.attention import Attention
+from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
@@ -170,6 +171,7 @@ class Luong(Seq2Seq):
         reverse_source: bool = False,
         input_feeding: bool = True,
         attention: Callable[..., Attention] | None = None,
+        coverage: Callable[..., Coverage] | None = None,
         dropout: float = 0.0,
         init: str = "default",
     ):
@@ -191,7 +193,9 @@ class Luong(Seq2Seq):
             num_layers,
             rnn_type,
             encoder,
-            attention(query_size=hidden_size, key_size=encoder.output_size) if attention else None,
+            with_coverage(attention(query_size=hidden_size, key_size=encoder.output_size), coverage)
+            if attention
+            else None,
             input_feeding=input_feeding,
             dropout=dropout,
         )

@@ -9,6 +9,7 @@ from torch import nn
 
 from alignmt.data.vocab import PAD_ID
 from alignmt.models.attention import AdditiveAttention, Attention
+from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
 from alignmt.models.fused_recurrence import AdditiveGRURecurrence
 from alignmt.models.init import initialise
@@ -140,6 +141,7 @@ class RNNSearch(Seq2Seq):
         decoder_hidden_size: int = 1000,
         maxout_size: int = 500,
         attention: Callable[..., Attention] | None = None,
+        coverage: Callable[..., Coverage] | None = None,
         dropout: float = 0.0,
         init: str = "default",
     ):
@@ -151,7 +153,9 @@ class RNNSearch(Seq2Seq):
             decoder_hidden_size,
             encoder.output_size,
             maxout_size,
-            attention(query_size=decoder_hidden_size, key_size=encoder.output_size),
+            with_coverage(
+                attention(query_size=decoder_hidden_size, key_size=encoder.output_size), coverage
+            ),
             dropout=dropout,
         )
         super().__init__(encoder, decoder)

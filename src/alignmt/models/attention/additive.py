@@ -16,6 +16,7 @@ class AdditiveAttention(Attention):
     def __init__(self, query_size: int, key_size: int, attention_size: int | None = None):
         super().__init__(query_size, key_size)
         attention_size = attention_size or query_size
+        self.key_bias_size = attention_size  # a coverage term joins U_a h_j inside the tanh
         self.key_proj = nn.Linear(key_size, attention_size, bias=False)  # U_a
         self.query_proj = nn.Linear(query_size, attention_size)  # W_a (its bias is b_a)
         self.energy = nn.Linear(attention_size, 1, bias=False)  # v_a

@@ -20,6 +20,7 @@ class Attention(nn.Module):
     """
 
     normalized = True  # False where the paper rescales the softmax (local-p's Gaussian)
+    key_bias_size: int | None = None  # set where a term can join the keys inside a nonlinearity
 
     def __init__(self, query_size: int, key_size: int):
         super().__init__()
@@ -46,11 +47,16 @@ class Attention(nn.Module):
         values: torch.Tensor,
         mask: torch.Tensor,
         state: AttentionState | None = None,
+        energy_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionState | None]:
+        """`energy_bias` [B, S] is added to the energies (a coverage term, for instance)."""
         single_step = query.dim() == 2
         if single_step:
             query = query.unsqueeze(1)
-        weights = masked_softmax(self.score(query, keys, state), mask.unsqueeze(1))
+        energies = self.score(query, keys, state)
+        if energy_bias is not None:
+            energies = energies + energy_bias.unsqueeze(1)
+        weights = masked_softmax(energies, mask.unsqueeze(1))
         context = torch.bmm(weights, values)
         if single_step:
             return context.squeeze(1), weights.squeeze(1), state

@@ -26,6 +26,7 @@ class LocalAttention(Attention):
         super().__init__(query_size, key_size)
         self.scorer = (score or GeneralAttention)(query_size=query_size, key_size=key_size)
         self.window = window
+        self.key_bias_size = self.scorer.key_bias_size
 
     def precompute(self, values: torch.Tensor) -> torch.Tensor:
         return self.scorer.precompute(values)
@@ -40,7 +41,7 @@ class LocalAttention(Attention):
     def advance(self, state, steps: int):
         return state
 
-    def forward(self, query, keys, values, mask, state=None):
+    def forward(self, query, keys, values, mask, state=None, energy_bias=None):
         single_step = query.dim() == 2
         if single_step:
             query = query.unsqueeze(1)
@@ -48,7 +49,10 @@ class LocalAttention(Attention):
         positions = torch.arange(keys.size(1), device=keys.device, dtype=centres.dtype)
         distance = positions - centres.unsqueeze(-1)  # [B, T, S]
         in_window = (distance.abs() <= self.window) & mask.unsqueeze(1)
-        weights = masked_softmax(self.scorer.score(query, keys, state), in_window)
+        energies = self.scorer.score(query, keys, state)
+        if energy_bias is not None:
+            energies = energies + energy_bias.unsqueeze(1)
+        weights = masked_softmax(energies, in_window)
         weights = self.reweight(weights, distance)
         context = torch.bmm(weights, values)
         state = self.advance(state, query.size(1))

@@ -1,0 +1,158 @@
+"""Coverage models (Tu et al. 2016): what has been translated so far steers attention.
+
+A coverage vector C_j per source word is carried through the decoder steps and enters the
+attention energies: inside the tanh for additive scores (e_ij = v^T tanh(W s + U h_j +
+V C_{i-1,j})), as an added linear term for the others. It is attention state, so greedy and
+beam search carry and reorder it like any other state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from alignmt.models.attention.base import Attention, AttentionState
+
+
+class Coverage(nn.Module):
+    """Initial coverage [B, S, size] and its per-step update from the attention weights."""
+
+    size: int
+
+    def init(self, values: torch.Tensor, mask: torch.Tensor) -> AttentionState:
+        raise NotImplementedError
+
+    def update(
+        self, state: AttentionState, weights: torch.Tensor, query: torch.Tensor
+    ) -> AttentionState:
+        """weights [B, S] of this step, query [B, Q] -> the state with C_i."""
+        raise NotImplementedError
+
+
+class LinguisticCoverage(Coverage):
+    """C_{i,j} = C_{i-1,j} + alpha_ij / Phi_j with fertility Phi_j = N sigmoid(U_f h_j), or
+    Phi_j = 1 (`fertility: false`), which makes C the running sum of attention."""
+
+    size = 1
+
+    def __init__(
+        self, key_size: int, query_size: int, fertility: bool = True, max_fertility: float = 2.0
+    ):
+        super().__init__()
+        self.fertility = nn.Linear(key_size, 1) if fertility else None  # U_f
+        self.max_fertility = max_fertility
+
+    def init(self, values, mask):
+        coverage = values.new_zeros(*values.shape[:2], 1)
+        if self.fertility is None:
+            return {"coverage": coverage}
+        fertility = self.max_fertility * torch.sigmoid(self.fertility(values))
+        return {"coverage": coverage, "fertility": fertility}
+
+    def update(self, state, weights, query):
+        increment = weights.unsqueeze(-1)
+        if "fertility" in state:
+            increment = increment / state["fertility"]
+        return {**state, "coverage": state["coverage"] + increment}
+
+
+class NeuralCoverage(Coverage):
+    """C_{i,j} = GRU(C_{i-1,j}, [alpha_ij; h_j; s]) with a coverage vector of `size` units per
+    source word; the annotation part of its input is projected once per batch."""
+
+    def __init__(self, key_size: int, query_size: int, size: int = 10):
+        super().__init__()
+        self.size = size
+        self.from_weight = nn.Linear(1, 3 * size, bias=False)
+        self.from_annotation = nn.Linear(key_size, 3 * size)
+        self.from_query = nn.Linear(query_size, 3 * size, bias=False)
+        self.recurrent = nn.Linear(size, 3 * size)
+
+    def init(self, values, mask):
+        return {
+            "coverage": values.new_zeros(*values.shape[:2], self.size),
+            "annotation_gates": self.from_annotation(values),
+        }
+
+    def update(self, state, weights, query):
+        coverage = state["coverage"]
+        gates_x = (
+            state["annotation_gates"]
+            + self.from_weight(weights.unsqueeze(-1))
+            + self.from_query(query).unsqueeze(1)
+        )
+        gates_h = self.recurrent(coverage)
+        r, z = torch.sigmoid(gates_x[..., : 2 * self.size] + gates_h[..., : 2 * self.size]).chunk(
+            2, dim=-1
+        )
+        n = torch.tanh(gates_x[..., 2 * self.size :] + r * gates_h[..., 2 * self.size :])
+        return {**state, "coverage": n + z * (coverage - n)}
+
+
+class CoverageAttention(Attention):
+    """Any attention variant with a coverage model feeding its energies. Coverage is sequential,
+    so a query for several steps at once is handled one step at a time."""
+
+    def __init__(self, attention: Attention, coverage: Coverage):
+        super().__init__(attention.query_size, attention.key_size)
+        self.attention = attention
+        self.coverage = coverage
+        self.normalized = attention.normalized
+        inside = getattr(attention, "key_bias_size", None)  # additive: inside the tanh
+        self.to_keys = nn.Linear(coverage.size, inside, bias=False) if inside else None
+        self.to_energy = None if inside else nn.Linear(coverage.size, 1, bias=False)
+
+    def precompute(self, values):
+        return self.attention.precompute(values)
+
+    def init_state(self, values, mask):
+        state = {"coverage_model": self.coverage.init(values, mask)}
+        inner = self.attention.init_state(values, mask)
+        if inner is not None:
+            state["inner"] = inner
+        return state
+
+    def forward(self, query, keys, values, mask, state=None):
+        if query.dim() == 3:
+            contexts, weights = [], []
+            for t in range(query.size(1)):
+                context, alpha, state = self.forward(query[:, t], keys, values, mask, state)
+                contexts.append(context)
+                weights.append(alpha)
+            return torch.stack(contexts, 1), torch.stack(weights, 1), state
+        covered = state["coverage_model"]
+        coverage = covered["coverage"]
+        bias = None
+        if self.to_keys is not None:
+            keys = keys + self.to_keys(coverage)
+        else:
+            bias = self.to_energy(coverage).squeeze(-1)
+        context, alpha, inner = self.attention(
+            query, keys, values, mask, state.get("inner"), energy_bias=bias
+        )
+        new_state = {"coverage_model": self.coverage.update(covered, alpha, query)}
+        if inner is not None:
+            new_state["inner"] = inner
+        return context, alpha, new_state
+
+
+def with_coverage(attention: Attention, coverage: Callable[..., Coverage] | None) -> Attention:
+    """Wraps `attention` with the configured coverage model (`model/coverage`), if any."""
+    if coverage is None:
+        return attention
+    return CoverageAttention(
+        attention, coverage(key_size=attention.key_size, query_size=attention.query_size)
+    )
+
+
+def coverage_loss(weights: torch.Tensor | None, target_mask: torch.Tensor) -> torch.Tensor:
+    """See et al. 2017: sum_j min(alpha_ij, C_{i-1,j}) with C the running sum of attention,
+    averaged over real target positions; 0 where attention never returns to a source word.
+    weights [B, T, S], target_mask [B, T]."""
+    if weights is None:
+        raise ValueError("task.coverage_loss_weight needs a model with attention")
+    previous = torch.cumsum(weights, dim=1) - weights  # C_{i-1}
+    overlap = torch.minimum(weights, previous).sum(-1)  # [B, T]
+    return overlap.masked_select(target_mask).mean()

@@ -82,3 +82,22 @@ def plot_bleu_by_length(
     if title:
         ax.set_title(title)
     return _save(fig, path)
+
+
+def plot_exposure(curves, path: str | Path, title: str | None = None) -> Path:
+    """The exposure-bias probe (`evaluation.exposure.ExposureCurves`) over target positions:
+    accuracy on gold prefixes, accuracy on the model's own, and the share still error-free."""
+    positions = np.arange(1, len(curves.sentences) + 1)
+    fig = Figure(figsize=(6.0, 4.0))
+    ax = fig.add_subplot()
+    ax.plot(positions, curves.teacher_forced, label="accuracy, reference prefix")
+    ax.plot(positions, curves.free_running, label="accuracy, own prefix")
+    ax.plot(positions, curves.error_free, label="sentences still error-free")
+    ax.set_xlabel("Target position")
+    ax.set_ylabel("Share")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return _save(fig, path)

@@ -22,8 +22,10 @@ from alignmt.evaluation.by_length import (
     bucket_metric_key,
     write_bleu_by_length_csv,
 )
+from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.plots import plot_attention, plot_bleu_by_length
+from alignmt.sampling import Schedule, TeacherForcing, scheduled_forward
 from alignmt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class TranslationTask(pl.LightningModule):
         lr_scheduler_interval: str = "epoch",
         lr_scheduler_monitor: str = "val/bleu",
         label_smoothing: float = 0.0,
+        sampling: Schedule | None = None,
+        coverage_loss_weight: float = 0.0,
         heatmaps: int = 4,
         out_dir: str | None = None,
         run_config: dict | None = None,
@@ -61,6 +65,8 @@ class TranslationTask(pl.LightningModule):
         self.scheduler_monitor = lr_scheduler_monitor
         self.search = search
         self.label_smoothing = label_smoothing
+        self.sampling = sampling or TeacherForcing()
+        self.coverage_loss_weight = coverage_loss_weight
         self.heatmaps = heatmaps
         self.out_dir = Path(out_dir) if out_dir else None
         self.translator: Translator | None = None
@@ -109,7 +115,13 @@ class TranslationTask(pl.LightningModule):
         )
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        out = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+        ratio = self.sampling.ratio(self.global_step)
+        if ratio < 1.0:  # scheduled sampling: step by step, feeding some of its own tokens
+            out = scheduled_forward(
+                self.model, batch.src, batch.src_lengths, batch.tgt_in, ratio, self.sampling.mode
+            )
+        else:
+            out = self.model(batch.src, batch.src_lengths, batch.tgt_in)
         tokens = batch.num_target_tokens
         loss = F.cross_entropy(
             out.logits.flatten(0, 1).float(),
@@ -117,6 +129,11 @@ class TranslationTask(pl.LightningModule):
             ignore_index=PAD_ID,
             label_smoothing=self.label_smoothing,
         )
+        if self.coverage_loss_weight:
+            overlap = coverage_loss(out.attention, batch.tgt_out != PAD_ID)
+            self.log("train/coverage_loss", overlap, batch_size=len(batch))
+            loss = loss + self.coverage_loss_weight * overlap
+        self.log("train/teacher_forcing_ratio", ratio, batch_size=len(batch))
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"training loss is {loss.item()} at step {self.global_step}: lower optim.lr, "

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 import hydra
 import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from alignmt.config import CONF_DIR, instantiate
@@ -42,6 +45,7 @@ def train(cfg: DictConfig) -> dict:
         model=model,
         optimizer=instantiate(cfg.optim),
         search=instantiate(cfg.decoding),
+        sampling=instantiate(cfg.sampling),
         out_dir=str(run_dir),
         run_config=OmegaConf.to_container(cfg, resolve=True),
     )
@@ -83,8 +87,17 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    """Returns `optimized_metric` for sweepers. In a multirun a failed job is recorded in its
+    run directory (error.txt, no metrics.json) and the sweep goes on."""
     keep_freed_memory()
-    metrics = train(cfg)
+    try:
+        metrics = train(cfg)
+    except Exception:
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        log.exception("this run failed; the sweep goes on")
+        (Path(cfg.run_dir) / "error.txt").write_text(traceback.format_exc())
+        return float("nan")
     return metrics.get(cfg.get("optimized_metric") or "", None)
 
 

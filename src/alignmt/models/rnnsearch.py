@@ -57,7 +57,8 @@ class RNNSearchDecoder(Decoder):
         self.readout = MaxoutReadout(
             hidden_size + embedding_dim + context_size, maxout_size, vocab_size, dropout=dropout
         )
-        # Teacher forcing through the hand-written recurrence when attention is plain additive.
+        # Teacher forcing through the hand-written recurrence when attention is plain additive,
+        # on CPUs, where per-step overheads dominate (GPUs keep autograd and mixed precision).
         self.fused = type(attention) is AdditiveAttention
 
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
@@ -81,7 +82,7 @@ class RNNSearchDecoder(Decoder):
     def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
         embedded = self.embedding(tgt_in)  # [B, T, E]
         embedded_gates = self.embedding_proj(embedded)  # the E y part of the GRU input, all steps
-        if self.fused and "attention" not in state:
+        if self.fused and "attention" not in state and not embedded_gates.is_cuda:
             hiddens, contexts, weights = self._fused_recurrence(embedded_gates, memory, state)
         else:
             hiddens, contexts, weights = self._recurrence(embedded_gates, memory, state)

@@ -1,0 +1,65 @@
+"""Sweeps: Optuna trials, a failing job that does not stop the others, experiment configs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alignmt.report import collect, find_runs
+from tests.conftest import TINY_DATA, TINY_MODEL, compose_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    *TINY_DATA, *TINY_MODEL, "trainer.max_steps=2", "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+    "task.heatmaps=0", "data.corpus.test_per_bucket=1", "data.corpus.valid_per_bucket=1",
+]
+
+
+def sweep(cache_dir, sweep_dir, *overrides):
+    command = [sys.executable, "-m", "alignmt.train", *overrides, *TINY,
+               f"data.corpus.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}"]
+    return subprocess.run(command, capture_output=True, text=True, check=True)
+
+
+def test_optuna_sweeper_runs_trials_and_reports_the_best(cache_dir, tmp_path):
+    sweep(cache_dir, tmp_path, "sweep=optuna", "hydra.sweeper.n_trials=2")
+    runs = find_runs([tmp_path])
+    assert len(runs) == 2
+    for run in runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert "val/best_bleu" in metrics
+    assert "best_value" in (tmp_path / "optimization_results.yaml").read_text()
+
+
+def test_a_failing_job_is_recorded_and_the_sweep_goes_on(cache_dir, tmp_path):
+    sweep(cache_dir, tmp_path, "-m", "optim.lr=-1,0.001")
+    runs = find_runs([tmp_path])
+    assert len(runs) == 2
+    rows = {row["run"]: row for row in collect(runs, ["optim.lr"], ["test/bleu"])}
+    failed, ok = rows[str(tmp_path / "0")], rows[str(tmp_path / "1")]
+    assert failed["status"] == "failed" and "Invalid learning rate" in (
+        tmp_path / "0" / "error.txt"
+    ).read_text()
+    assert ok["status"] == "ok" and ok["test/bleu"] is not None
+
+
+EXPERIMENTS = sorted(
+    str(p.relative_to(ROOT / "experiments").with_suffix(""))
+    for p in (ROOT / "experiments").rglob("*.yaml")
+)
+SWEEPS = sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_config_composes(name):
+    cfg = compose_config("train", [f"experiment={name}", "run_dir=unused"])
+    assert cfg.model._target_.startswith("alignmt.models.")
+
+
+@pytest.mark.parametrize("name", [s for s in SWEEPS if s != "beam_size"])
+def test_every_training_sweep_composes(name):
+    cfg = compose_config("train", [f"sweep={name}", "run_dir=unused"])
+    assert cfg.model._target_.startswith("alignmt.models.")

@@ -1,9 +1,16 @@
-"""`alignmt-evaluate ckpt=PATH`: recompute the test metrics and result files of a checkpoint."""
+"""`alignmt-evaluate ckpt=PATH [decoding=beam]`: the test metrics and result files of a checkpoint.
+
+Writes to `run_dir`: metrics.json (BLEU and chrF with their signatures, BLEU on the paper's
+"No UNK" subset and its size, perplexity, BLEU per source-length bucket, alignment error rate,
+decoding sentences/s and output tokens/s), hypotheses.txt, bleu_by_length.{csv,png} and
+attention heatmaps (`heatmaps` chosen by length, plus the test sentences `heatmap_sentences`).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import hydra
@@ -29,6 +36,9 @@ def evaluate(cfg: DictConfig) -> dict:
         optimizer=None,
         search=search,
         heatmaps=cfg.heatmaps,
+        heatmap_sentences=list(cfg.heatmap_sentences),
+        unk_replace=cfg.unk_replace,
+        unk_dictionary=cfg.unk_dictionary,
         out_dir=str(run_dir),
         run_config=OmegaConf.to_container(restored.config),
     )
@@ -37,7 +47,13 @@ def evaluate(cfg: DictConfig) -> dict:
     metrics = {**task.test_metrics, "checkpoint": str(cfg.ckpt)}
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     log.info(
-        "test BLEU %.2f  chrF %.2f  -> %s", metrics["test/bleu"], metrics["test/chrf"], run_dir
+        "test BLEU %.2f  No-UNK BLEU %.2f (%d sentences)  chrF %.2f  %.1f sentences/s  -> %s",
+        metrics["test/bleu"],
+        metrics.get("test/bleu_no_unk", math.nan),
+        metrics["no_unk_sentences"],
+        metrics["test/chrf"],
+        metrics["test/decode_sentences_per_sec"],
+        run_dir,
     )
     return metrics
 

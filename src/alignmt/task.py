@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -14,7 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from alignmt.data.batching import Batch
-from alignmt.data.vocab import PAD_ID
+from alignmt.data.vocab import EOS_ID, PAD_ID, UNK
+from alignmt.decoding.greedy import GreedySearch
+from alignmt.decoding.unk import UnkReplacer
 from alignmt.evaluation.alignment import alignment_error_rate, hard_alignment, parse_pharaoh
 from alignmt.evaluation.bleu import corpus_scores
 from alignmt.evaluation.by_length import (
@@ -22,13 +26,27 @@ from alignmt.evaluation.by_length import (
     bucket_metric_key,
     write_bleu_by_length_csv,
 )
+from alignmt.evaluation.exposure import exposure_curves
+from alignmt.evaluation.source_coverage import source_coverage_errors
+from alignmt.evaluation.unk import no_unk_mask
 from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
-from alignmt.plots import plot_attention, plot_bleu_by_length
+from alignmt.plots import plot_attention, plot_bleu_by_length, plot_exposure
 from alignmt.sampling import Schedule, TeacherForcing, scheduled_forward
-from alignmt.translator import Translator
+from alignmt.translator import Translation, Translator
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class SentenceResult:
+    """What evaluation keeps of one sentence until the corpus-level metrics are computed."""
+
+    index: int  # position in the split
+    translation: Translation  # the best one
+    forced_attention: torch.Tensor | None = None  # teacher-forced, for alignment error
+    no_unk: Translation | None = None  # decoded with [UNK] forbidden, if in the No-UNK subset
+    exposure: tuple | None = None  # (reference, teacher-forced argmax, own output) ids
 
 
 class TranslationTask(pl.LightningModule):
@@ -36,7 +54,8 @@ class TranslationTask(pl.LightningModule):
 
     Validation decodes the validation split (greedy by default) for `val/bleu`, on which the
     best checkpoint is chosen. Test also writes the run's result files to `out_dir`:
-    metrics.json, hypotheses.txt, bleu_by_length.{csv,png} and attention heatmaps.
+    metrics.json, hypotheses.txt, bleu_by_length.{csv,png} and attention heatmaps; its
+    metrics include BLEU on the paper's "No UNK" subset and decoding speed.
     Under DDP, hypotheses are gathered from every rank before corpus BLEU is computed.
     """
 
@@ -52,6 +71,9 @@ class TranslationTask(pl.LightningModule):
         sampling: Schedule | None = None,
         coverage_loss_weight: float = 0.0,
         heatmaps: int = 4,
+        heatmap_sentences: Sequence[int] = (),
+        unk_replace: bool = False,
+        unk_dictionary: str | None = None,
         out_dir: str | None = None,
         run_config: dict | None = None,
     ):
@@ -68,11 +90,13 @@ class TranslationTask(pl.LightningModule):
         self.sampling = sampling or TeacherForcing()
         self.coverage_loss_weight = coverage_loss_weight
         self.heatmaps = heatmaps
+        self.heatmap_sentences = list(heatmap_sentences)
+        self.unk_replacer = UnkReplacer.from_file(unk_dictionary) if unk_replace else None
         self.out_dir = Path(out_dir) if out_dir else None
         self.translator: Translator | None = None
         self.test_metrics: dict = {}
         self._outputs: list = []
-        self._nll = self._tokens = 0.0
+        self._nll = self._tokens = self._decode_seconds = 0.0
         self._clock: tuple[float, int] | None = None
 
     # ---------------------------------------------------------------- set-up
@@ -85,6 +109,7 @@ class TranslationTask(pl.LightningModule):
             dm.target_vocab,
             dm.source_tokenizer,
             dm.target_tokenizer,
+            unk_replacer=self.unk_replacer,
         )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -161,14 +186,65 @@ class TranslationTask(pl.LightningModule):
         out = self.model(batch.src, batch.src_lengths, batch.tgt_in)
         self._nll += float(self._nll_sum(out.logits, batch))
         self._tokens += batch.num_target_tokens
-        translations = self.translator.decode_batch(batch)
+        words = self._source_words(batch) if self.unk_replacer is not None else None
+        start = time.perf_counter()
+        translations = self.translator.decode_batch(batch, words)
+        self._decode_seconds += time.perf_counter() - start
+        testing = self.trainer.testing
+        no_unk = self._decode_no_unk(batch, words, translations) if testing else {}
         ref_lengths = (batch.tgt_out != PAD_ID).sum(1).tolist()
         src_lengths = batch.src_lengths.tolist()
+        predicted = out.logits.argmax(-1).tolist() if testing else None
+        references = batch.tgt_out.tolist()
+        vocab = self.translator.target_vocab
         for b, index in enumerate(batch.indices.tolist()):
-            forced = None
+            best = translations[b][0]
+            result = SentenceResult(index, best, no_unk=no_unk.get(b))
             if out.attention is not None:  # teacher-forced attention: for alignment error
-                forced = out.attention[b, : ref_lengths[b] - 1, : src_lengths[b] - 1].cpu()
-            self._outputs.append((index, translations[b][0], forced))
+                result.forced_attention = out.attention[
+                    b, : ref_lengths[b] - 1, : src_lengths[b] - 1
+                ].cpu()
+            if testing:  # the exposure-bias probe: gold prefixes against the model's own
+                n = ref_lengths[b]
+                result.exposure = (
+                    references[b][:n],
+                    predicted[b][:n],
+                    [*vocab.encode(best.tokens), EOS_ID],
+                )
+            self._outputs.append(result)
+
+    def _source_words(self, batch: Batch) -> list[list[str]]:
+        """Each source sentence as the tokeniser gives it: [UNK] replacement copies from it."""
+        dm = self.trainer.datamodule
+        sources = dm.text["test" if self.trainer.testing else "valid"].sources
+        return [dm.source_tokenizer.tokenize(sources[i]) for i in batch.indices.tolist()]
+
+    def _decode_no_unk(self, batch: Batch, words, translations) -> dict:
+        """The paper's "No UNK" column: sentences with no unknown word in source or reference,
+        decoded with [UNK] forbidden. Returns their best translations by position in the batch."""
+        subset = no_unk_mask(batch.src, batch.tgt_out).nonzero().squeeze(1).tolist()
+        if self.search.forbid_unk:  # the translations already are those
+            return {b: translations[b][0] for b in subset}
+        reused = {}
+        if isinstance(self.search, GreedySearch) and self.unk_replacer is None:
+            # Greedy output without [UNK] is what greedy search with [UNK] forbidden gives too.
+            reused = {b: translations[b][0] for b in subset if UNK not in translations[b][0].tokens}
+            subset = [b for b in subset if b not in reused]
+        if not subset:
+            return reused
+        search = copy.copy(self.search)
+        search.forbid_unk = True
+        index = torch.tensor(subset)
+        src_lengths, tgt_in, tgt_out, indices = (
+            t[index.to(t.device)]
+            for t in (batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.indices)
+        )
+        src = batch.src[index.to(batch.src.device), : int(src_lengths.max())]
+        sub = Batch(src, src_lengths, tgt_in, tgt_out, indices)
+        decoded = self.translator.with_search(search).decode_batch(
+            sub, None if words is None else [words[b] for b in subset]
+        )
+        return {**reused, **{b: nbest[0] for b, nbest in zip(subset, decoded, strict=True)}}
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._eval_step(batch)
@@ -183,7 +259,7 @@ class TranslationTask(pl.LightningModule):
         self._reset()
 
     def _reset(self) -> None:
-        self._outputs, self._nll, self._tokens = [], 0.0, 0.0
+        self._outputs, self._nll, self._tokens, self._decode_seconds = [], 0.0, 0.0, 0.0
 
     def _gathered(self) -> tuple[list, float, float]:
         outputs, nll, tokens = self._outputs, self._nll, self._tokens
@@ -192,7 +268,7 @@ class TranslationTask(pl.LightningModule):
             torch.distributed.all_gather_object(every, (outputs, nll, tokens))
             outputs = [o for rank in every for o in rank[0]]
             nll, tokens = sum(r[1] for r in every), sum(r[2] for r in every)
-        outputs.sort(key=lambda o: o[0])
+        outputs.sort(key=lambda o: o.index)
         return outputs, nll, tokens
 
     def on_validation_epoch_end(self) -> None:
@@ -200,7 +276,7 @@ class TranslationTask(pl.LightningModule):
             return
         outputs, nll, tokens = self._gathered()
         text = self.trainer.datamodule.text["valid"]
-        scores = corpus_scores([o[1].text for o in outputs], text.targets)
+        scores = corpus_scores([o.translation.text for o in outputs], text.targets)
         self.log_dict(
             {
                 "val/loss": nll / tokens,
@@ -214,7 +290,7 @@ class TranslationTask(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         outputs, nll, tokens = self._gathered()
         text = self.trainer.datamodule.text["test"]
-        hypotheses = [o[1].text for o in outputs]
+        hypotheses = [o.translation.text for o in outputs]
         if len(hypotheses) != len(text):
             raise RuntimeError(f"decoded {len(hypotheses)} of {len(text)} test sentences")
         scores = corpus_scores(hypotheses, text.targets)
@@ -229,10 +305,26 @@ class TranslationTask(pl.LightningModule):
         for row in rows:
             if row["bleu"] is not None:
                 metrics[f"test/{bucket_metric_key(row['lo'], row['hi'])}"] = row["bleu"]
-        if text.alignments is not None and outputs[0][2] is not None:
+        no_unk = [o for o in outputs if o.no_unk is not None]
+        if no_unk:
+            no_unk_references = [text.targets[o.index] for o in no_unk]
+            scores_no_unk = corpus_scores([o.no_unk.text for o in no_unk], no_unk_references)
+            metrics["test/bleu_no_unk"] = scores_no_unk["bleu"]
+        exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True))
+        for name, value in exposure.summary().items():
+            metrics[f"test/exposure/{name}"] = value
+        decoded_attention = [o.translation.attention for o in outputs]
+        if decoded_attention[0] is not None:  # source words the output skipped or repeated
+            counts = source_coverage_errors(a[:-1, :-1].numpy() for a in decoded_attention)
+            metrics.update({f"test/{name}": value for name, value in counts.items()})
+        if self._decode_seconds > 0:  # this rank's decoding time (all ranks decode at once)
+            output_tokens = sum(len(o.translation.tokens) for o in outputs)
+            metrics["test/decode_sentences_per_sec"] = len(outputs) / self._decode_seconds
+            metrics["test/decode_tokens_per_sec"] = output_tokens / self._decode_seconds
+        if text.alignments is not None and outputs[0].forced_attention is not None:
             gold = [parse_pharaoh(a) for a in text.alignments]
             for method in ("argmax", "threshold"):
-                predicted = [hard_alignment(o[2].numpy(), method) for o in outputs]
+                predicted = [hard_alignment(o.forced_attention.numpy(), method) for o in outputs]
                 key = "test/aer" if method == "argmax" else f"test/aer_{method}"
                 metrics[key] = alignment_error_rate(predicted, gold)
         self.log_dict(metrics)
@@ -241,23 +333,31 @@ class TranslationTask(pl.LightningModule):
             "bleu_signature": scores["bleu_signature"],
             "chrf_signature": scores["chrf_signature"],
             "test_sentences": len(hypotheses),
+            "no_unk_sentences": len(no_unk),
             "global_step": self.global_step,
         }
         if self.out_dir is not None and self.trainer.is_global_zero:
-            self._write_results(outputs, rows, source_lengths)
+            self._write_results(outputs, rows, source_lengths, exposure)
         self._outputs = []
 
-    def _write_results(self, outputs, rows, source_lengths) -> None:
+    def _write_results(self, outputs, rows, source_lengths, exposure) -> None:
         out = self.out_dir
         out.mkdir(parents=True, exist_ok=True)
-        (out / "hypotheses.txt").write_text("".join(o[1].text + "\n" for o in outputs))
+        (out / "hypotheses.txt").write_text("".join(o.translation.text + "\n" for o in outputs))
         write_bleu_by_length_csv(rows, out / "bleu_by_length.csv")
         plot_bleu_by_length({"test": rows}, out / "bleu_by_length.png")
+        exposure.write_csv(out / "exposure.csv")
+        plot_exposure(exposure, out / "exposure.png")
         by_length = sorted(range(len(outputs)), key=lambda i: source_lengths[i])
         k = min(self.heatmaps, len(outputs))
-        for q in range(k):
-            i = by_length[int((q + 0.5) / k * len(outputs))]
-            t = outputs[i][1]
+        chosen = {by_length[int((q + 0.5) / k * len(outputs))] for q in range(k)}
+        for i in self.heatmap_sentences:
+            if 0 <= i < len(outputs):
+                chosen.add(i)
+            else:
+                log.warning("no heatmap for test sentence %d: the test set has %d", i, len(outputs))
+        for i in sorted(chosen):
+            t = outputs[i].translation
             if t.attention is not None:
                 plot_attention(
                     t.attention.numpy(),

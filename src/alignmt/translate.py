@@ -1,8 +1,17 @@
-"""`alignmt-translate ckpt=PATH < input > output`: one translation per input line."""
+"""`alignmt-translate ckpt=PATH [decoding=beam] < input > output`: translate lines.
+
+One translation per input line, or with `nbest=K` (beam search) K lines per input in the
+Moses n-best format `i ||| translation ||| score`, i counting input lines from 0. An empty
+line gives an empty line (in n-best mode, one entry with an empty translation).
+`attention_file=FILE` writes one JSON line per input line: the source tokens, the output
+tokens and the attention weights [output][source], [EOS] included on both sides. A line
+longer than the longest training sentences (the training config's `data.max_length`) is
+still translated, with a warning on stderr naming it.
+"""
 
 from __future__ import annotations
 
-import logging
+import json
 import sys
 
 import hydra
@@ -10,16 +19,23 @@ from omegaconf import DictConfig
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
+from alignmt.data.vocab import EOS
+from alignmt.decoding.unk import UnkReplacer
 from alignmt.runtime import keep_freed_memory
-from alignmt.translator import Translator
-
-log = logging.getLogger(__name__)
+from alignmt.translator import Translation, Translator
 
 
-def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
+def load_translator(cfg: DictConfig) -> tuple[Translator, int | None]:
+    """The checkpoint's translator, and the longest sentence its training data kept."""
     restored = load_checkpoint(cfg.ckpt)
+    decoding = cfg.decoding if cfg.get("decoding") else restored.config.decoding
+    if cfg.nbest > 1 and "nbest" not in decoding:
+        raise ValueError(
+            f"nbest={cfg.nbest} needs a search that keeps several hypotheses: "
+            f"decoding=beam decoding.beam_size={max(cfg.nbest, 5)}"
+        )
+    search = instantiate(decoding, **({"nbest": cfg.nbest} if cfg.nbest > 1 else {}))
     dm = restored.datamodule
-    search = instantiate(cfg.decoding if cfg.get("decoding") else restored.config.decoding)
     translator = Translator(
         restored.model,
         search,
@@ -27,13 +43,67 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
         dm.target_vocab,
         dm.source_tokenizer,
         dm.target_tokenizer,
+        unk_replacer=UnkReplacer.from_file(cfg.unk_dictionary) if cfg.unk_replace else None,
     )
+    return translator, restored.config.data.get("max_length")
+
+
+def warn_long_lines(lines: list[str], tokenizer, max_length: int | None) -> None:
+    if max_length is None:
+        return
+    for number, line in enumerate(lines, start=1):
+        length = len(tokenizer.tokenize(line))
+        if length > max_length:
+            print(
+                f"alignmt-translate: warning: line {number} has {length} tokens, more than the "
+                f"model was trained on (data.max_length={max_length}); translating it anyway",
+                file=sys.stderr,
+            )
+
+
+def translate_all(
+    translator: Translator, lines: list[str], batch_size: int
+) -> list[list[Translation]]:
+    """Every line's n-best list; an empty list for an empty line."""
     nonempty = [i for i, line in enumerate(lines) if line.strip()]
-    outputs = [""] * len(lines)  # an empty line translates to an empty line
-    results = translator.translate([lines[i] for i in nonempty], batch_size=cfg.batch_size)
-    for i, nbest in zip(nonempty, results, strict=True):
-        outputs[i] = nbest[0].text
-    return outputs
+    results: list[list[Translation]] = [[] for _ in lines]
+    translated = translator.translate([lines[i] for i in nonempty], batch_size=batch_size)
+    for i, nbest in zip(nonempty, translated, strict=True):
+        results[i] = nbest
+    return results
+
+
+def moses_nbest(results: list[list[Translation]]) -> list[str]:
+    return [
+        f"{i} ||| {text} ||| {score:.4f}"
+        for i, nbest in enumerate(results)
+        for text, score in ([(t.text, t.score) for t in nbest] or [("", 0.0)])
+    ]
+
+
+def attention_record(nbest: list[Translation]) -> dict:
+    """The best translation's attention, rows = output tokens, columns = source tokens."""
+    if not nbest:
+        return {"source": [], "output": [], "weights": []}
+    best = nbest[0]
+    weights = None
+    if best.attention is not None:
+        weights = best.attention.double().round(decimals=5).tolist()
+    return {"source": [*best.source_words, EOS], "output": best.target_labels, "weights": weights}
+
+
+def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
+    """The output lines for `lines` (and the attention file, if asked for)."""
+    translator, max_length = load_translator(cfg)
+    warn_long_lines(lines, translator.source_tokenizer, max_length)
+    results = translate_all(translator, lines, cfg.batch_size)
+    if cfg.attention_file:
+        with open(cfg.attention_file, "w", encoding="utf-8") as dump:
+            for nbest in results:
+                dump.write(json.dumps(attention_record(nbest), ensure_ascii=False) + "\n")
+    if cfg.nbest > 1:
+        return moses_nbest(results)
+    return [nbest[0].text if nbest else "" for nbest in results]
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="translate", version_base="1.3")

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
 from alignmt.data.batching import Batch, EncodedPairs, LengthBucketSampler, collate
-from alignmt.data.vocab import EOS, Vocabulary
+from alignmt.data.vocab import EOS, UNK_ID, Vocabulary
 from alignmt.decoding.hypothesis import Hypothesis
+from alignmt.decoding.unk import UnkReplacer
 from alignmt.models.seq2seq import Seq2Seq
 
 
 @dataclass
 class Translation:
     source_tokens: list[str]  # as the model saw them ([UNK] for unknown words), without [EOS]
-    tokens: list[str]  # output tokens, without [EOS]
+    source_words: list[str]  # as the tokeniser gave them (unknown words kept), without [EOS]
+    tokens: list[str]  # output tokens (after [UNK] replacement, if on), without [EOS]
     text: str  # detokenised output
     score: float
     attention: torch.Tensor | None  # [len(tokens) + 1, len(source_tokens) + 1], [EOS] included
@@ -30,7 +33,12 @@ class Translation:
 
 
 class Translator:
-    """Wraps a model, its vocabularies, its tokenisers and a search strategy (greedy, beam)."""
+    """Wraps a model, its vocabularies, its tokenisers and a search strategy (greedy, beam).
+
+    With an `unk_replacer`, generated [UNK]s become source words; that needs the source
+    words themselves (tokeniser output), which the vocabulary has lost for unknown words, so
+    `decode_batch` takes them beside the ids.
+    """
 
     def __init__(
         self,
@@ -40,34 +48,60 @@ class Translator:
         target_vocab: Vocabulary,
         source_tokenizer,
         target_tokenizer,
+        unk_replacer: UnkReplacer | None = None,
     ):
+        if unk_replacer is not None and not model.has_attention:
+            raise ValueError("[UNK] replacement needs a model with attention")
         self.model = model
         self.search = search
         self.source_vocab = source_vocab
         self.target_vocab = target_vocab
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
+        self.unk_replacer = unk_replacer
 
-    def _translation(self, source_ids: list[int], hypothesis: Hypothesis) -> Translation:
+    def with_search(self, search) -> Translator:
+        """The same translator decoding with another search (e.g. one forbidding [UNK])."""
+        other = copy.copy(self)
+        other.search = search
+        return other
+
+    def _translation(
+        self, source_ids: list[int], source_words: list[str] | None, hypothesis: Hypothesis
+    ) -> Translation:
+        source_tokens = self.source_vocab.decode(source_ids)
+        if source_words is None:
+            source_words = source_tokens
         tokens = self.target_vocab.decode(hypothesis.tokens)
+        if self.unk_replacer is not None:
+            is_unk = [i == UNK_ID for i in hypothesis.tokens]
+            tokens = self.unk_replacer(tokens, is_unk, source_words, hypothesis.attention)
         return Translation(
-            source_tokens=self.source_vocab.decode(source_ids),
+            source_tokens=source_tokens,
+            source_words=source_words,
             tokens=tokens,
             text=self.target_tokenizer.detokenize(tokens),
             score=hypothesis.score,
             attention=hypothesis.attention,
         )
 
-    def decode_batch(self, batch: Batch) -> list[list[Translation]]:
-        """The n-best list (length 1 for greedy search) of every sentence, in batch order."""
+    def decode_batch(
+        self, batch: Batch, source_words: list[list[str]] | None = None
+    ) -> list[list[Translation]]:
+        """The n-best list (length 1 for greedy search) of every sentence, in batch order.
+        `source_words`: each sentence's tokeniser output, for [UNK] replacement."""
         nbest = self.search(self.model, batch.src, batch.src_lengths)
         sources = batch.src.cpu().tolist()
-        return [[self._translation(sources[b], h) for h in hyps] for b, hyps in enumerate(nbest)]
+        words = source_words or [None] * len(sources)
+        return [
+            [self._translation(sources[b], words[b], h) for h in hyps]
+            for b, hyps in enumerate(nbest)
+        ]
 
     def translate(self, sentences: list[str], batch_size: int = 64) -> list[list[Translation]]:
         """Translate raw sentences (batched by length, returned in input order)."""
-        sources = [self.source_vocab.encode(self.source_tokenizer.tokenize(s)) for s in sentences]
-        pairs = EncodedPairs(sources, [[] for _ in sources])
+        words = [self.source_tokenizer.tokenize(s) for s in sentences]
+        pairs = EncodedPairs([self.source_vocab.encode(w) for w in words], [[] for _ in words])
         device = next(self.model.parameters()).device
         results: list[list[Translation] | None] = [None] * len(sentences)
         for indices in LengthBucketSampler(pairs.lengths(), batch_size, shuffle=False):
@@ -75,6 +109,7 @@ class Translator:
             batch = Batch(
                 batch.src.to(device), batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.indices
             )
-            for i, nbest in zip(indices, self.decode_batch(batch), strict=True):
+            translations = self.decode_batch(batch, [words[i] for i in indices])
+            for i, nbest in zip(indices, translations, strict=True):
                 results[i] = nbest
         return results  # type: ignore[return-value]

@@ -25,6 +25,8 @@ def test_a_run_directory_holds_config_metrics_checkpoints_and_plots(trained_run)
         "bleu_by_length.png",
         "checkpoints/last.ckpt",
         "logs/metrics.csv",
+        "exposure.csv",
+        "exposure.png",
     ):
         assert (run_dir / name).is_file(), name
     assert len(list((run_dir / "attention").glob("*.png"))) == 2
@@ -40,9 +42,20 @@ def test_a_run_directory_holds_config_metrics_checkpoints_and_plots(trained_run)
         "test/aer",
         "test/bleu_len_1_10",
         "test/bleu_len_51_plus",
+        "test/bleu_no_unk",
+        "test/exposure/teacher_forced_accuracy",
+        "test/exposure/free_running_accuracy",
+        "test/exposure/gap",
+        "test/dropped_words",
+        "test/repeated_words",
     ):
         assert key in saved, key
-    assert 0.0 <= saved["test/aer"] <= 1.0
+    for key in ("test/aer", "test/dropped_words", "test/repeated_words"):
+        assert 0.0 <= saved[key] <= 1.0, key
+    exposure = saved["test/exposure/teacher_forced_accuracy"] - saved[
+        "test/exposure/free_running_accuracy"
+    ]
+    assert exposure == pytest.approx(saved["test/exposure/gap"])
     assert len((run_dir / "hypotheses.txt").read_text().splitlines()) == 18
 
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from alignmt.decoding.hypothesis import Hypothesis, max_output_lengths
+from alignmt.decoding.hypothesis import Hypothesis, banned_tokens, max_output_lengths
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
 
 
 class GreedySearch:
     """Picks the most probable word at every step. A sentence stops at [EOS] or at
     `max_length_ratio * source length + max_length_offset` words; finished sentences leave the
-    active batch so the remaining steps run on fewer rows."""
+    active batch so the remaining steps run on fewer rows. [PAD] and [BOS] are never generated,
+    nor [UNK] with `forbid_unk` (the paper's "No UNK" evaluation)."""
 
-    def __init__(self, max_length_ratio: float = 2.0, max_length_offset: int = 10):
+    def __init__(
+        self, max_length_ratio: float = 2.0, max_length_offset: int = 10, forbid_unk: bool = False
+    ):
         self.max_length_ratio = max_length_ratio
         self.max_length_offset = max_length_offset
+        self.forbid_unk = forbid_unk
 
     @torch.inference_mode()
     def __call__(
@@ -24,6 +30,7 @@ class GreedySearch:
     ) -> list[list[Hypothesis]]:
         B, S = src.shape
         device = src.device
+        banned = banned_tokens(self.forbid_unk)
         memory, state = model.start(src, src_lengths)
         limits = max_output_lengths(src_lengths, self.max_length_ratio, self.max_length_offset)
         limits = limits.to(device)
@@ -36,6 +43,7 @@ class GreedySearch:
         for t in range(T):
             logits, state, alpha = model.step(prev, memory, state)
             log_probs = torch.log_softmax(logits.float(), dim=-1)
+            log_probs[:, banned] = -math.inf
             best = log_probs.argmax(dim=-1)
             best = torch.where(limits[active] <= t, torch.full_like(best, EOS_ID), best)
             tokens[active, t] = best

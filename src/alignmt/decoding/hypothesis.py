@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from alignmt.data.vocab import EOS_ID
+from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass
@@ -42,3 +42,8 @@ def max_output_lengths(src_lengths: torch.Tensor, ratio: float, offset: int) -> 
     """Per-sentence cap on output words: ratio * source words + offset (at least 1)."""
     words = src_lengths.cpu().double() - 1  # source lengths count the final [EOS]
     return (words * ratio + offset).ceil().clamp(min=1).long()
+
+
+def banned_tokens(forbid_unk: bool) -> list[int]:
+    """Ids a search never outputs: [PAD] and [BOS], which are not words, and [UNK] if asked."""
+    return [PAD_ID, BOS_ID, UNK_ID] if forbid_unk else [PAD_ID, BOS_ID]

@@ -126,18 +126,19 @@ class LuongDecoder(Decoder):
         return DecoderOutput(self.output(self.dropout(attentional)), weights)
 
     def _forward_by_steps(self, tgt_in, memory, state) -> DecoderOutput:
-        logits, weights = [], []
+        """Input feeding: the recurrence step by step, the output layer once for all steps."""
+        embedded = self.dropout(self.embedding(tgt_in))
+        outputs, weights = [], []
         for t in range(tgt_in.size(1)):
-            step_logits, state, alpha = self.step(tgt_in[:, t], memory, state)
-            logits.append(step_logits)
+            attentional, state, alpha = self._recur(embedded[:, t], memory, state)
+            outputs.append(attentional)
             weights.append(alpha)
         attention = torch.stack(weights, 1) if self.attention is not None else None
-        return DecoderOutput(torch.stack(logits, 1), attention)
+        return DecoderOutput(self.output(torch.stack(outputs, 1)), attention)
 
-    def step(self, prev_tokens, memory, state):
-        x = self.dropout(self.embedding(prev_tokens))
-        if self.input_feeding:
-            x = torch.cat([x, state["feed"]], dim=-1)
+    def _recur(self, embedded, memory, state):
+        """One step up to the (dropped-out) attentional state h~_t, which is also the next feed."""
+        x = torch.cat([embedded, state["feed"]], dim=-1) if self.input_feeding else embedded
         top, final = self.rnn(x.unsqueeze(1), self._rnn_state(state))
         attentional, alpha, attention_state = self._attend(
             top.squeeze(1), memory, state.get("attention")
@@ -148,7 +149,12 @@ class LuongDecoder(Decoder):
             new_state["feed"] = attentional
         if attention_state is not None:
             new_state["attention"] = attention_state
-        return self.output(attentional), new_state, alpha
+        return attentional, new_state, alpha
+
+    def step(self, prev_tokens, memory, state):
+        embedded = self.dropout(self.embedding(prev_tokens))
+        attentional, state, alpha = self._recur(embedded, memory, state)
+        return self.output(attentional), state, alpha
 
 
 class Luong(Seq2Seq):

@@ -12,15 +12,28 @@ from tests.conftest import TINY_DATA, TINY_MODEL, compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    *TINY_DATA, *TINY_MODEL, "trainer.max_steps=2", "trainer.val_check_interval=2",
-    "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-    "task.heatmaps=0", "data.corpus.test_per_bucket=1", "data.corpus.valid_per_bucket=1",
+    *TINY_DATA,
+    *TINY_MODEL,
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "task.heatmaps=0",
+    "data.corpus.test_per_bucket=1",
+    "data.corpus.valid_per_bucket=1",
 ]
 
 
 def sweep(cache_dir, sweep_dir, *overrides):
-    command = [sys.executable, "-m", "alignmt.train", *overrides, *TINY,
-               f"data.corpus.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "alignmt.train",
+        *overrides,
+        *TINY,
+        f"data.corpus.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     return subprocess.run(command, capture_output=True, text=True, check=True)
 
 
@@ -40,9 +53,10 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on(cache_dir, tmp_path):
     assert len(runs) == 2
     rows = {row["run"]: row for row in collect(runs, ["optim.lr"], ["test/bleu"])}
     failed, ok = rows[str(tmp_path / "0")], rows[str(tmp_path / "1")]
-    assert failed["status"] == "failed" and "Invalid learning rate" in (
-        tmp_path / "0" / "error.txt"
-    ).read_text()
+    assert (
+        failed["status"] == "failed"
+        and "Invalid learning rate" in (tmp_path / "0" / "error.txt").read_text()
+    )
     assert ok["status"] == "ok" and ok["test/bleu"] is not None
 
 

@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
+from alignmt.dashboards import has_dashboard, log_validation_samples
 from alignmt.data.batching import Batch
 from alignmt.data.vocab import EOS_ID, PAD_ID, UNK
 from alignmt.decoding.greedy import GreedySearch
@@ -71,6 +72,7 @@ class TranslationTask(pl.LightningModule):
         sampling: Schedule | None = None,
         coverage_loss_weight: float = 0.0,
         heatmaps: int = 4,
+        dashboard_samples: int = 4,
         heatmap_sentences: Sequence[int] = (),
         unk_replace: bool = False,
         unk_dictionary: str | None = None,
@@ -90,6 +92,7 @@ class TranslationTask(pl.LightningModule):
         self.sampling = sampling or TeacherForcing()
         self.coverage_loss_weight = coverage_loss_weight
         self.heatmaps = heatmaps
+        self.dashboard_samples = dashboard_samples
         self.heatmap_sentences = list(heatmap_sentences)
         self.unk_replacer = UnkReplacer.from_file(unk_dictionary) if unk_replace else None
         self.out_dir = Path(out_dir) if out_dir else None
@@ -285,7 +288,31 @@ class TranslationTask(pl.LightningModule):
             },
             prog_bar=True,
         )
+        if self.dashboard_samples and self.trainer.is_global_zero and has_dashboard(self.loggers):
+            self._log_samples(outputs, text)
         self._outputs = []
+
+    def _log_samples(self, outputs: list[SentenceResult], text) -> None:
+        """A few validation sentences of increasing length, with their heatmaps."""
+        by_length = sorted(outputs, key=lambda o: len(text.sources[o.index].split()))
+        k = min(self.dashboard_samples, len(outputs))
+        chosen = [by_length[int((q + 0.5) / k * len(outputs))] for q in range(k)]
+        rows, images = [], []
+        for o in chosen:
+            rows.append([text.sources[o.index], text.targets[o.index], o.translation.text])
+            if o.translation.attention is not None and self.out_dir is not None:
+                name = f"step{self.global_step:06d}_{o.index:05d}.png"
+                path = self.out_dir / "attention" / "validation" / name
+                images.append(
+                    plot_attention(
+                        o.translation.attention.numpy(),
+                        o.translation.source_labels,
+                        o.translation.target_labels,
+                        path,
+                        title=f"validation sentence {o.index}, step {self.global_step}",
+                    )
+                )
+        log_validation_samples(self.loggers, self.global_step, rows, images)
 
     def on_test_epoch_end(self) -> None:
         outputs, nll, tokens = self._gathered()

@@ -35,6 +35,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> Restored:
     datamodule = instantiate(config.data, seed=config.seed)
     source, target = Vocabulary(vocabularies["source"]), Vocabulary(vocabularies["target"])
     datamodule.set_vocabularies(source, target)
+    datamodule.load_tokenizer_state(ckpt.get("tokenizers", {}))
     model = instantiate(config.model, src_vocab_size=len(source), tgt_vocab_size=len(target))
     prefix = "model."
     model.load_state_dict(

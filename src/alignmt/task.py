@@ -121,6 +121,7 @@ class TranslationTask(pl.LightningModule):
             "source": dm.source_vocab.itos,
             "target": dm.target_vocab.itos,
         }
+        checkpoint["tokenizers"] = dm.tokenizer_state()  # learnt ones (SentencePiece), as bytes
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
@@ -287,6 +288,7 @@ class TranslationTask(pl.LightningModule):
                 "val/bleu": scores["bleu"],
             },
             prog_bar=True,
+            sync_dist=True,  # every rank holds the same gathered value; this only says so
         )
         if self.dashboard_samples and self.trainer.is_global_zero and has_dashboard(self.loggers):
             self._log_samples(outputs, text)
@@ -354,7 +356,7 @@ class TranslationTask(pl.LightningModule):
                 predicted = [hard_alignment(o.forced_attention.numpy(), method) for o in outputs]
                 key = "test/aer" if method == "argmax" else f"test/aer_{method}"
                 metrics[key] = alignment_error_rate(predicted, gold)
-        self.log_dict(metrics)
+        self.log_dict(metrics, sync_dist=True)
         self.test_metrics = {
             **metrics,
             "bleu_signature": scores["bleu_signature"],

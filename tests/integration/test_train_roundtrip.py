@@ -52,9 +52,10 @@ def test_a_run_directory_holds_config_metrics_checkpoints_and_plots(trained_run)
         assert key in saved, key
     for key in ("test/aer", "test/dropped_words", "test/repeated_words"):
         assert 0.0 <= saved[key] <= 1.0, key
-    exposure = saved["test/exposure/teacher_forced_accuracy"] - saved[
-        "test/exposure/free_running_accuracy"
-    ]
+    exposure = (
+        saved["test/exposure/teacher_forced_accuracy"]
+        - saved["test/exposure/free_running_accuracy"]
+    )
     assert exposure == pytest.approx(saved["test/exposure/gap"])
     assert len((run_dir / "hypotheses.txt").read_text().splitlines()) == 18
 

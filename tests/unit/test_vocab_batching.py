@@ -91,3 +91,17 @@ def test_encoded_pairs_lengths_count_the_longer_side():
     pairs = EncodedPairs([[4, 5]], [[6, 7, 8, 9]])
     assert pairs.lengths().tolist() == [5]
     assert torch.equal(pairs[0][1], torch.tensor([4, 5, EOS_ID]))
+
+
+def test_evaluation_batches_give_every_rank_the_same_nonzero_count():
+    lengths = _lengths(12)
+    for world_size in (2, 3, 5):
+        shards = [
+            list(LengthBucketSampler(lengths, 100, shuffle=False, world_size=world_size, rank=r))
+            for r in range(world_size)
+        ]
+        assert len({len(shard) for shard in shards}) == 1 and len(shards[0]) >= 1
+        covered = sorted(i for shard in shards for b in shard for i in b)
+        assert covered == list(range(12))
+    with pytest.raises(ValueError, match="cannot be shared"):
+        list(LengthBucketSampler(lengths[:1], 100, shuffle=False, world_size=2, rank=0))

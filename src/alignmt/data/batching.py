@@ -31,26 +31,87 @@ class Batch:
         return int((self.tgt_out != PAD_ID).sum())
 
 
-class EncodedPairs(Dataset):
-    """Id sequences of one split; item i is (i, source ids, target ids)."""
+class RaggedIds:
+    """Id sequences stored flat, as Arrow stores list columns: values plus offsets per chunk.
 
-    def __init__(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]):
-        assert len(sources) == len(targets)
-        self.sources = [torch.tensor([*s, EOS_ID], dtype=torch.long) for s in sources]
-        self.targets = [torch.tensor(t, dtype=torch.long) for t in targets]
+    No Python object per sentence, and for Arrow data no copy: the arrays are views of the
+    memory-mapped cache file, which DataLoader workers share.
+    """
+
+    def __init__(self, chunks: Sequence[tuple[np.ndarray, np.ndarray]]):
+        self.values = [values for values, _ in chunks]
+        self.offsets = [offsets for _, offsets in chunks]
+        self.starts = np.cumsum([0, *(len(o) - 1 for o in self.offsets)])
+
+    @classmethod
+    def from_lists(cls, sequences: Sequence[Sequence[int]]) -> RaggedIds:
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+        values = np.fromiter((i for s in sequences for i in s), dtype=np.int64)
+        return cls([(values, np.concatenate([[0], np.cumsum(lengths)]))])
+
+    @classmethod
+    def from_arrow(cls, column) -> RaggedIds:
+        """A pyarrow (chunked) list column without nulls."""
+        chunks = getattr(column, "chunks", [column])
+        return cls([(c.values.to_numpy(), c.offsets.to_numpy()) for c in chunks if len(c)])
 
     def __len__(self) -> int:
-        return len(self.sources)
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        chunk = int(np.searchsorted(self.starts, i, side="right")) - 1
+        j = i - self.starts[chunk]
+        offsets = self.offsets[chunk]
+        return self.values[chunk][offsets[j] : offsets[j + 1]]
+
+    def lengths(self) -> np.ndarray:
+        if not self.offsets:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.diff(o) for o in self.offsets]).astype(np.int64)
+
+
+class EncodedPairs(Dataset):
+    """Id sequences of one split; item i is (i, source ids + [EOS], target ids).
+
+    `index`, if given, keeps only those pairs (the length filter), in that order.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Sequence[int]] | RaggedIds,
+        targets: Sequence[Sequence[int]] | RaggedIds,
+        index: np.ndarray | None = None,
+    ):
+        self.sources = sources if isinstance(sources, RaggedIds) else RaggedIds.from_lists(sources)
+        self.targets = targets if isinstance(targets, RaggedIds) else RaggedIds.from_lists(targets)
+        if len(self.sources) != len(self.targets):
+            raise ValueError(f"{len(self.sources)} source but {len(self.targets)} target sequences")
+        self.index = np.arange(len(self.sources)) if index is None else np.asarray(index)
+
+    @classmethod
+    def from_arrow(cls, encoded, index: np.ndarray | None = None) -> EncodedPairs:
+        """From the `source_ids` and `target_ids` columns of an Arrow dataset."""
+        if getattr(encoded, "_indices", None) is not None:
+            raise ValueError("flatten the dataset's indices first (dataset.flatten_indices())")
+        table = encoded.data
+        return cls(
+            RaggedIds.from_arrow(table.column("source_ids")),
+            RaggedIds.from_arrow(table.column("target_ids")),
+            index,
+        )
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def __getitem__(self, i: int):
-        return i, self.sources[i], self.targets[i]
+        j = self.index[i]
+        source = torch.from_numpy(np.append(self.sources[j], EOS_ID).astype(np.int64))
+        return i, source, torch.from_numpy(self.targets[j].astype(np.int64))
 
     def lengths(self) -> np.ndarray:
         """Per pair, the longer side (with [EOS]/[BOS]): what a batch's padded size depends on."""
-        return np.array(
-            [max(len(s), len(t) + 1) for s, t in zip(self.sources, self.targets, strict=True)],
-            dtype=np.int64,
-        )
+        source, target = self.sources.lengths()[self.index], self.targets.lengths()[self.index]
+        return np.maximum(source + 1, target + 1)
 
 
 def collate(items) -> Batch:
@@ -105,8 +166,8 @@ class LengthBucketSampler(Sampler[list[int]]):
         self.epoch = 0
         if max_tokens is not None and len(self.lengths) and self.lengths.max() > max_tokens:
             raise ValueError(
-                f"max_tokens={max_tokens} is smaller than the longest sequence "
-                f"({self.lengths.max()} tokens)"
+                f"max_tokens={max_tokens} (data.max_tokens) is smaller than the longest pair "
+                f"({self.lengths.max()} tokens with [EOS]): raise it or lower data.max_length"
             )
 
     def set_epoch(self, epoch: int) -> None:
@@ -132,7 +193,7 @@ class LengthBucketSampler(Sampler[list[int]]):
     def _batches(self) -> list[list[int]]:
         if not self.shuffle:
             batches = self._cut(np.argsort(self.lengths, kind="stable"))
-            return batches[self.rank :: self.world_size]
+            return self._even(batches)[self.rank :: self.world_size]
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(len(self.lengths))
         pool = self.batch_size * self.pool_batches
@@ -143,6 +204,22 @@ class LengthBucketSampler(Sampler[list[int]]):
         rng.shuffle(batches)
         usable = len(batches) - len(batches) % self.world_size
         return batches[self.rank : usable : self.world_size]
+
+    def _even(self, batches: list[list[int]]) -> list[list[int]]:
+        """Evaluation under DDP: split the largest batches until every rank gets the same,
+        non-zero number of them (a rank without batches would never join the gathering of
+        hypotheses at the end of the epoch)."""
+        if len(self.lengths) < self.world_size:
+            raise ValueError(
+                f"{len(self.lengths)} evaluation sentences cannot be shared by "
+                f"{self.world_size} processes"
+            )
+        while len(batches) % self.world_size:
+            largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+            batch = batches.pop(largest)
+            half = len(batch) // 2
+            batches[largest:largest] = [batch[:half], batch[half:]]
+        return batches
 
     def __iter__(self) -> Iterator[list[int]]:
         yield from self._batches()

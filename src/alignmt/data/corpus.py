@@ -1,21 +1,39 @@
-"""Where parallel text comes from: each corpus yields raw sentence pairs per split."""
+"""Where parallel text comes from: each corpus yields raw sentence pairs per split.
+
+A corpus is any object with `load(split) -> ParallelText` for the splits "train", "valid"
+and "test", and optionally `prepare()` (download or generate once, on one process) and
+`stream(split)` (a split too large to materialise, read as it is consumed).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gzip
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import datasets
 
 SPLITS = ("train", "valid", "test")
 
 
+class DataUnavailableError(RuntimeError):
+    """A corpus cannot be found or reached; the message says where it looked and how to fix it."""
+
+
 @dataclass
 class ParallelText:
-    """Raw, untokenised sentence pairs of one split; `alignments` are gold links (Pharaoh)."""
+    """Raw, untokenised sentence pairs of one split; `alignments` are gold links (Pharaoh).
 
-    sources: list[str]
-    targets: list[str]
-    alignments: list[str] | None = None
+    The sequences are lists, or lazy columns of an Arrow dataset for corpora too large to hold
+    as Python strings (`from_dataset`); `to_dataset` gives the Arrow form either way.
+    """
+
+    sources: Sequence[str]
+    targets: Sequence[str]
+    alignments: Sequence[str] | None = None
     origin: str = ""  # where it came from, for error messages
+    dataset: datasets.Dataset | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if len(self.sources) != len(self.targets):
@@ -32,14 +50,45 @@ class ParallelText:
     def __len__(self) -> int:
         return len(self.sources)
 
+    @classmethod
+    def from_dataset(cls, dataset: datasets.Dataset, origin: str) -> ParallelText:
+        """Lazy columns `source`, `target` (and `alignment` if present) of an Arrow dataset."""
+        alignments = dataset["alignment"] if "alignment" in dataset.column_names else None
+        return cls(dataset["source"], dataset["target"], alignments, origin, dataset)
+
+    def to_dataset(self) -> datasets.Dataset:
+        """Columns `source`, `target` and, with gold alignments, `alignment`."""
+        if self.dataset is not None:
+            return self.dataset
+        columns = {"source": list(self.sources), "target": list(self.targets)}
+        if self.alignments is not None:
+            columns["alignment"] = list(self.alignments)
+        return datasets.Dataset.from_dict(columns)
+
+    def select(self, indices: Sequence[int]) -> ParallelText:
+        """The pairs at `indices`, in that order (lazily for Arrow-backed text)."""
+        if self.dataset is not None:
+            return ParallelText.from_dataset(self.dataset.select(indices), self.origin)
+        alignments = None if self.alignments is None else [self.alignments[i] for i in indices]
+        return ParallelText(
+            [self.sources[i] for i in indices],
+            [self.targets[i] for i in indices],
+            alignments,
+            self.origin,
+        )
+
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 file without their newline; invalid UTF-8 is an error naming the line."""
-    path = Path(path)
+    """Lines of a UTF-8 file (gzip-compressed if named *.gz) without their newline.
+
+    Invalid UTF-8 is an error naming the file and line.
+    """
+    path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     lines = []
-    with path.open("rb") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
                 lines.append(raw.decode("utf-8").rstrip("\r\n"))
@@ -58,7 +107,14 @@ def read_parallel_files(
             f"parallel files differ in length: {source} has {len(sources)} lines, "
             f"{target} has {len(targets)}"
         )
-    alignments = read_lines(alignment) if alignment is not None else None
+    alignments = None
+    if alignment is not None:
+        alignments = read_lines(alignment)
+        if len(alignments) != len(sources):
+            raise ValueError(
+                f"alignment file {alignment} has {len(alignments)} lines, "
+                f"its sentence files {source} and {target} have {len(sources)}"
+            )
     return ParallelText(sources, targets, alignments, origin=f"{source} / {target}")
 
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import logging
+from itertools import islice
+from pathlib import Path
 
+import datasets
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from alignmt.data import encoding
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler, collate
 from alignmt.data.corpus import ParallelText
+from alignmt.data.streaming import PairEncoder, StreamedBatches
 from alignmt.data.tokenizers import WhitespaceTokenizer
 from alignmt.data.vocab import Vocabulary
 
@@ -23,8 +29,12 @@ class TranslationDataModule(pl.LightningDataModule):
 
     Training pairs with an empty side or longer than `max_length` tokens on either side are
     dropped (and counted in the log); validation and test pairs are never dropped, so scores
-    are always over the whole split. Vocabularies come from the training split, or from a
-    checkpoint (`set_vocabularies`) when evaluating.
+    are always over the whole split. Tokenisers that learn (SentencePiece) are fitted on the
+    training split; vocabularies hold its `*_vocab_size` most frequent tokens seen `min_freq`
+    times; both come from a checkpoint instead when evaluating (`set_vocabularies`,
+    `load_tokenizer_state`). Tokenised and encoded splits are cached under `cache_dir`.
+    A training split that a corpus streams (`corpus.stream("train")`) is read as it goes;
+    its tokenisers and vocabularies are fitted on its first `stream_sample_size` pairs.
     """
 
     def __init__(
@@ -42,6 +52,9 @@ class TranslationDataModule(pl.LightningDataModule):
         pool_batches: int = 100,
         num_workers: int = 0,
         seed: int = 0,
+        cache_dir: str = "~/.cache/alignmt",
+        num_proc: int | None = None,
+        stream_sample_size: int = 1_000_000,
     ):
         super().__init__()
         self.corpus = corpus
@@ -57,89 +70,208 @@ class TranslationDataModule(pl.LightningDataModule):
         self.pool_batches = pool_batches
         self.num_workers = num_workers
         self.seed = seed
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.num_proc = num_proc
+        self.stream_sample_size = stream_sample_size
         self.source_vocab: Vocabulary | None = None
         self.target_vocab: Vocabulary | None = None
         self.text: dict[str, ParallelText] = {}
         self.pairs: dict[str, EncodedPairs] = {}
+        self.train_stream = None  # a datasets.IterableDataset when the corpus streams training
 
+    # ------------------------------------------------------------ checkpoints
+    def set_vocabularies(self, source: Vocabulary, target: Vocabulary) -> None:
+        self.source_vocab, self.target_vocab = source, target
+
+    def _learnt_tokenizers(self) -> dict:
+        """The tokenisers with a learnt state, by side; a joint one only under 'source'."""
+        sides = {"source": self.source_tokenizer}
+        if self.target_tokenizer is not self.source_tokenizer:
+            sides["target"] = self.target_tokenizer
+        return {side: tok for side, tok in sides.items() if hasattr(tok, "state_dict")}
+
+    def tokenizer_state(self) -> dict:
+        """Plain values (SentencePiece models as bytes) for a checkpoint."""
+        return {side: tok.state_dict() for side, tok in self._learnt_tokenizers().items()}
+
+    def load_tokenizer_state(self, state: dict) -> None:
+        for side, tok in self._learnt_tokenizers().items():
+            if side not in state:
+                raise ValueError(
+                    f"the checkpoint has no state for the {side} tokeniser "
+                    f"({type(tok).__name__}); it was trained with other data.tokenizer settings"
+                )
+            tok.load_state_dict(state[side])
+
+    # ----------------------------------------------------------------- set-up
     def prepare_data(self) -> None:
+        """Download or generate the corpus and fill the caches (on one process under DDP)."""
         prepare = getattr(self.corpus, "prepare", None)
         if prepare is not None:
             prepare()
-
-    def set_vocabularies(self, source: Vocabulary, target: Vocabulary) -> None:
-        self.source_vocab, self.target_vocab = source, target
+        self.setup("fit" if self.source_vocab is None else "test")
 
     def setup(self, stage: str | None = None) -> None:
         splits = ("train", *EVAL_SPLITS) if stage in (None, "fit") else EVAL_SPLITS
         todo = [s for s in splits if s not in self.pairs]
-        if not todo:
-            return
-        tokenized = {}
-        for split in todo:
-            text = self.text.get(split) or self.corpus.load(split)
-            sources = [self.source_tokenizer.tokenize(s) for s in text.sources]
-            targets = [self.target_tokenizer.tokenize(t) for t in text.targets]
-            if split == "train":
-                text, sources, targets = self._filter_train(text, sources, targets)
-            self.text[split] = text
-            tokenized[split] = (sources, targets)
+        if "train" in todo and self.train_stream is None:
+            stream = getattr(self.corpus, "stream", None)
+            self.train_stream = stream("train") if stream is not None else None
+        if self.train_stream is not None and "train" in todo:
+            todo.remove("train")  # read as training goes; only its first pairs are fitted on
+        texts = {split: self._text(split) for split in todo}
         if self.source_vocab is None:
-            if "train" not in tokenized:
+            if self.train_stream is not None:
+                texts["train"] = self._stream_sample()
+            elif "train" not in texts:
                 raise RuntimeError("no vocabularies: set them from a checkpoint or set up 'fit'")
-            sources, targets = tokenized["train"]
-            self.source_vocab = Vocabulary.build(sources, self.source_vocab_size, self.min_freq)
-            self.target_vocab = Vocabulary.build(targets, self.target_vocab_size, self.min_freq)
-            log.info(
-                "vocabularies: %d source, %d target types",
-                len(self.source_vocab),
-                len(self.target_vocab),
+        if not texts:
+            return
+        data = {split: text.to_dataset() for split, text in texts.items()}
+        keys = {split: encoding.text_key(dataset) for split, dataset in data.items()}
+        if "train" in data:
+            self._fit_tokenizers(data["train"], keys["train"])
+        tokens = {split: self._tokenize(split, data[split], keys[split]) for split in data}
+        keep = {}
+        if "train" in tokens:
+            keep["train"] = self._filter_train(texts["train"].origin, tokens["train"][0])
+            if self.source_vocab is None:
+                self._build_vocabularies(tokens["train"][0], keep["train"])
+        for split in todo:
+            tokenized, key = tokens[split]
+            encoded = encoding.encode(
+                tokenized,
+                key,
+                self.source_vocab,
+                self.target_vocab,
+                self.cache_dir / "encoded",
+                self.num_proc,
+                desc=f"encoding {split}",
             )
-        for split, (sources, targets) in tokenized.items():
-            self.pairs[split] = EncodedPairs(
-                [self.source_vocab.encode(s) for s in sources],
-                [self.target_vocab.encode(t) for t in targets],
-            )
+            self.pairs[split] = EncodedPairs.from_arrow(encoded, keep.get(split))
+            self.text[split] = self._kept_text(texts[split], keep.get(split))
 
-    def _filter_train(self, text: ParallelText, sources, targets):
-        keep, empty, long = [], 0, 0
-        for i, (s, t) in enumerate(zip(sources, targets, strict=True)):
-            if not s or not t:
-                empty += 1
-            elif self.max_length is not None and max(len(s), len(t)) > self.max_length:
-                long += 1
-            else:
-                keep.append(i)
-        if empty or long:
+    def _text(self, split: str) -> ParallelText:
+        text = self.text.get(split)
+        return text if text is not None else self.corpus.load(split)
+
+    def _stream_sample(self) -> ParallelText:
+        """The first pairs of a streamed training split, for fitting tokenisers and vocabularies."""
+        rows = list(islice(self.train_stream, self.stream_sample_size))
+        log.info(
+            "streamed training data: tokenisers and vocabularies from its first %d pairs", len(rows)
+        )
+        return ParallelText(
+            [row["source"] for row in rows],
+            [row["target"] for row in rows],
+            origin=f"the first {len(rows)} pairs of the training stream",
+        )
+
+    @staticmethod
+    def _kept_text(text: ParallelText, keep: np.ndarray | None) -> ParallelText:
+        """Training text as filtered (lazy for Arrow); evaluation text as plain lists."""
+        if keep is not None:
+            return text if len(keep) == len(text) else text.select(keep)
+        alignments = None if text.alignments is None else list(text.alignments)
+        return ParallelText(list(text.sources), list(text.targets), alignments, text.origin)
+
+    def _fit_tokenizers(self, train: datasets.Dataset, train_key: str) -> None:
+        """Train SentencePiece models on the training text (or load them from the cache)."""
+        if self.source_tokenizer is self.target_tokenizer:
+            sides = {"joint": (self.source_tokenizer, ("source", "target"))}
+        else:
+            sides = {
+                "source": (self.source_tokenizer, ("source",)),
+                "target": (self.target_tokenizer, ("target",)),
+            }
+        for side, (tokenizer, columns) in sides.items():
+            if not hasattr(tokenizer, "fit") or tokenizer.trained:
+                continue
+            key = encoding.cache_key(train_key, side, tokenizer.training_key)
+            model_file = self.cache_dir / "sentencepiece" / f"{key}.model"
+            tokenizer.fit(encoding.sentences(train, columns), model_file)
+            log.info("SentencePiece model (%s): %s", side, model_file)
+
+    def _tokenize(self, split: str, dataset: datasets.Dataset, key: str):
+        return encoding.tokenize(
+            dataset,
+            key,
+            self.source_tokenizer,
+            self.target_tokenizer,
+            self.cache_dir / "tokenized",
+            self.num_proc,
+            desc=f"tokenising {split}",
+        )
+
+    def _filter_train(self, origin: str, tokens: datasets.Dataset) -> np.ndarray:
+        """Indices of the training pairs kept: both sides non-empty and within `max_length`."""
+        source = encoding.list_lengths(tokens, "source_tokens")
+        target = encoding.list_lengths(tokens, "target_tokens")
+        kept = encoding.trainable(source, target, self.max_length)
+        empty = np.minimum(source, target) == 0
+        long = ~kept & ~empty
+        keep = np.flatnonzero(kept)
+        if len(keep) < len(source):
             log.info(
                 "training data %s: dropped %d pairs with an empty side and %d longer than "
                 "data.max_length=%s tokens; %d remain",
-                text.origin,
-                empty,
-                long,
+                origin,
+                int(empty.sum()),
+                int(long.sum()),
                 self.max_length,
                 len(keep),
             )
-        if not keep:
-            raise ValueError(f"no training pairs left in {text.origin} after filtering")
-        if len(keep) == len(sources):
-            return text, sources, targets
-        text = ParallelText(
-            [text.sources[i] for i in keep],
-            [text.targets[i] for i in keep],
-            None if text.alignments is None else [text.alignments[i] for i in keep],
-            text.origin,
-        )
-        return text, [sources[i] for i in keep], [targets[i] for i in keep]
+        if not len(keep):
+            raise ValueError(f"no training pairs left in {origin} after filtering")
+        return keep
 
+    def _build_vocabularies(self, tokens: datasets.Dataset, keep: np.ndarray) -> None:
+        """From the training pairs kept: all counts minus those of the dropped pairs."""
+        dropped = np.setdiff1d(np.arange(len(tokens)), keep)
+        vocabularies = []
+        for column, size in (
+            ("source_tokens", self.source_vocab_size),
+            ("target_tokens", self.target_vocab_size),
+        ):
+            counts = encoding.token_counts(tokens, column)
+            if len(dropped):
+                counts.subtract(encoding.token_counts(tokens, column, rows=dropped))
+            vocabularies.append(Vocabulary.from_counts(+counts, size, self.min_freq))
+        self.source_vocab, self.target_vocab = vocabularies
+        log.info(
+            "vocabularies: %d source, %d target types",
+            len(self.source_vocab),
+            len(self.target_vocab),
+        )
+
+    # ------------------------------------------------------------ dataloaders
     def _world(self) -> tuple[int, int]:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return torch.distributed.get_world_size(), torch.distributed.get_rank()
         return 1, 0
 
     def _loader(self, split: str, train: bool) -> DataLoader:
-        pairs = self.pairs[split]
         world_size, rank = self._world()
+        if train and self.train_stream is not None:
+            encoder = PairEncoder(
+                self.source_tokenizer,
+                self.target_tokenizer,
+                self.source_vocab,
+                self.target_vocab,
+                self.max_length,
+            )
+            batches = StreamedBatches(
+                self.train_stream,
+                encoder,
+                batch_size=self.batch_size,
+                max_tokens=self.max_tokens,
+                pool_batches=self.pool_batches,
+                seed=self.seed,
+                world_size=world_size,
+                rank=rank,
+            )
+            return DataLoader(batches, batch_size=None, num_workers=self.num_workers)
+        pairs = self.pairs[split]
         sampler = LengthBucketSampler(
             pairs.lengths(),
             batch_size=self.batch_size if train else self.eval_batch_size,

@@ -1,15 +1,171 @@
-"""Tokenisers turn raw lines into the tokens the vocabulary indexes, and back for sacrebleu."""
+"""Tokenisers turn raw lines into the tokens the vocabulary indexes, and back for sacrebleu.
+
+Every tokeniser has `tokenize(str) -> list[str]`, `detokenize(list[str]) -> str` and a
+`fingerprint` that changes whenever its output could, which keys the cache of tokenised data.
+Tokenisers learnt from the training data (SentencePiece) also have `fit` and plain-value
+`state_dict`/`load_state_dict`, which checkpoints carry so that they translate on their own.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from importlib.metadata import version
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 class WhitespaceTokenizer:
     """For text that is already tokenised by single spaces (the toy corpus, pre-tokenised files)."""
+
+    fingerprint = "whitespace"
 
     def tokenize(self, text: str) -> list[str]:
         return text.split()
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return " ".join(tokens)
+
+
+class MosesTokenizer:
+    """Moses tokenisation (sacremoses), as in Bahdanau et al.; detokenises for sacrebleu.
+
+    Tokens are not XML-escaped (Moses' default turns & into &amp;), so detokenised output
+    compares with the raw references.
+    """
+
+    def __init__(self, lang: str | None, aggressive_dash_splits: bool = False):
+        from sacremoses import MosesDetokenizer
+        from sacremoses import MosesTokenizer as Moses
+
+        if not lang:
+            raise ValueError(
+                "the Moses tokeniser needs a language code: set data.corpus.source_lang and "
+                "data.corpus.target_lang (e.g. de, en, fr)"
+            )
+        self.lang = lang
+        self.aggressive_dash_splits = aggressive_dash_splits
+        self._tokenizer = Moses(lang)
+        self._detokenizer = MosesDetokenizer(lang)
+        self.fingerprint = (
+            f"moses:{lang}:dash={aggressive_dash_splits}:sacremoses={version('sacremoses')}"
+        )
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tokenizer.tokenize(
+            text, escape=False, aggressive_dash_splits=self.aggressive_dash_splits
+        )
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        return self._detokenizer.detokenize(list(tokens), unescape=False)
+
+
+MODEL_TYPES = ("bpe", "unigram")
+
+
+class SentencePieceTokenizer:
+    """Subword units (SentencePiece, BPE or unigram) learnt from the training split.
+
+    `fit` trains once and saves the model to the file it is given (the data cache; a second
+    run loads it); the model itself is a few hundred kB of bytes in `state_dict`, which the
+    checkpoint stores. One instance used for both languages is a joint model.
+    """
+
+    def __init__(
+        self,
+        model_type: str = "bpe",
+        vocab_size: int = 16000,
+        character_coverage: float = 1.0,
+        input_sentence_size: int = 2_000_000,
+        model_file: str | None = None,
+    ):
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"SentencePiece model_type must be one of {MODEL_TYPES}")
+        self.options = {
+            "model_type": model_type,
+            "vocab_size": vocab_size,
+            "character_coverage": character_coverage,
+            "input_sentence_size": input_sentence_size,
+        }
+        self._model: bytes | None = None
+        self._processor = None
+        if model_file is not None:
+            self.load_state_dict({"model": Path(model_file).expanduser().read_bytes()})
+
+    @property
+    def trained(self) -> bool:
+        return self._model is not None
+
+    @property
+    def training_key(self) -> str:
+        """What, besides the training text, determines the model (for its cache file name)."""
+        return json.dumps({**self.options, "sentencepiece": version("sentencepiece")})
+
+    @property
+    def fingerprint(self) -> str:
+        self._require_model()
+        return "sentencepiece:" + hashlib.sha256(self._model).hexdigest()[:16]
+
+    def fit(self, sentences: Iterable[str], model_file: str | Path) -> None:
+        """Load `model_file` if it exists, else train on `sentences` and save it there."""
+        import sentencepiece as spm
+
+        model_file = Path(model_file)
+        if not model_file.is_file():
+            log.info("training SentencePiece %s -> %s", self.options, model_file)
+            model = io.BytesIO()
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(s for s in sentences if s.strip()),
+                model_writer=model,
+                bos_id=-1,
+                eos_id=-1,
+                hard_vocab_limit=False,  # a small corpus gets fewer pieces, not an error
+                shuffle_input_sentence=True,
+                minloglevel=2,
+                num_threads=os.cpu_count() or 1,
+                **self.options,
+            )
+            model_file.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=model_file.parent, delete=False) as staging:
+                staging.write(model.getvalue())
+            os.replace(staging.name, model_file)  # atomic: concurrent runs never see half a file
+        self.load_state_dict({"model": model_file.read_bytes()})
+
+    def state_dict(self) -> dict:
+        self._require_model()
+        return {"model": self._model}
+
+    def load_state_dict(self, state: dict) -> None:
+        import sentencepiece as spm
+
+        self._model = bytes(state["model"])
+        self._processor = spm.SentencePieceProcessor(model_proto=self._model)
+
+    def __getstate__(self) -> dict:  # the processor does not pickle (DataLoader workers)
+        return {"options": self.options, "model": self._model}
+
+    def __setstate__(self, state: dict) -> None:
+        self.options, self._model, self._processor = state["options"], None, None
+        if state["model"] is not None:
+            self.load_state_dict({"model": state["model"]})
+
+    def _require_model(self) -> None:
+        if self._model is None:
+            raise RuntimeError(
+                "the SentencePiece model is not trained yet: set up the data module for "
+                "training ('fit'), or restore it from a checkpoint"
+            )
+
+    def tokenize(self, text: str) -> list[str]:
+        self._require_model()
+        return self._processor.encode(text, out_type=str)
+
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        self._require_model()
+        return self._processor.decode(list(tokens))

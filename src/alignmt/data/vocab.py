@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIALS = (PAD, UNK, BOS, EOS)
@@ -29,13 +30,27 @@ class Vocabulary:
         cls, sentences: Iterable[Sequence[str]], max_size: int | None = None, min_freq: int = 1
     ) -> Vocabulary:
         """The `max_size` most frequent tokens seen at least `min_freq` times (ties: first seen)."""
-        counts = Counter(tok for sentence in sentences for tok in sentence)
+        return cls.from_counts(
+            Counter(tok for sentence in sentences for tok in sentence), max_size, min_freq
+        )
+
+    @classmethod
+    def from_counts(
+        cls, counts: Mapping[str, int], max_size: int | None = None, min_freq: int = 1
+    ) -> Vocabulary:
+        """As `build`, from token counts (ties keep the mapping's order)."""
+        counts = Counter(counts)
         for special in SPECIALS:
             counts.pop(special, None)
         ranked = [tok for tok, n in counts.most_common() if n >= min_freq]
         if max_size is not None:
             ranked = ranked[:max_size]
         return cls([*SPECIALS, *ranked])
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever any token's id does: keys the cache of encoded data."""
+        return hashlib.sha256("\n".join(self.itos).encode()).hexdigest()[:16]
 
     def __len__(self) -> int:
         return len(self.itos)

@@ -110,3 +110,17 @@ def test_paper_initialisation():
     assert 0.005 < model.decoder.readout.proj.weight.std() < 0.015
     with pytest.raises(ValueError, match=r"model\.init"):
         initialise(model, "xavier")
+
+
+def test_models_need_torch_alone():
+    """The GPU smoke benchmark runs the models where only torch is installed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, alignmt.models, alignmt.models.coverage, alignmt.decoding;"
+        "print(sorted(m for m in ('pytorch_lightning', 'datasets', 'hydra', 'sacrebleu')"
+        " if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr

@@ -48,6 +48,8 @@ def collect(runs: list[Path], keys: list[str], metrics: list[str]) -> list[dict]
     rows = []
     for run in runs:
         config = OmegaConf.load(run / "config.yaml")
+        if (run / "evaluate.yaml").is_file():  # an evaluation run: its decoding settings win
+            config = OmegaConf.merge(config, OmegaConf.load(run / "evaluate.yaml"))
         row = {"run": str(run), **{k: config_value(config, k) for k in keys}}
         row["seed"] = config.get("seed")
         file = run / "metrics.json"

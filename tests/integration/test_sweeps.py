@@ -84,3 +84,27 @@ def test_every_experiment_config_composes_and_builds(name):
 def test_every_training_sweep_composes(name):
     cfg = compose_config("train", [f"sweep={name}", "run_dir=unused"])
     assert cfg.model._target_.startswith("alignmt.models.")
+
+
+def test_beam_size_sweep_over_an_evaluation(trained_run, tmp_path):
+    _, metrics = trained_run
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alignmt.evaluate",
+            f"ckpt={metrics['best_checkpoint']}",
+            "sweep=beam_size",
+            "decoding.beam_size=1,3",  # the command line narrows the sweep
+            "decoding.length_penalty=0.0",
+            "heatmaps=0",
+            "trainer.enable_progress_bar=false",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = collect(find_runs([tmp_path]), ["decoding.beam_size"], ["test/bleu"])
+    assert sorted(row["decoding.beam_size"] for row in rows) == [1, 3]
+    assert all(row["status"] == "ok" for row in rows)

@@ -138,7 +138,11 @@ def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) ->
     trainer.save_checkpoint(checkpoint)
     seconds = clock.ends[steps - 1] - clock.ends[warmup - 1]
     tokens = sum(clock.tokens[warmup:steps])
+    flops_per_token = training_flops_per_token(task, next(iter(dm.train_dataloader())))
     return {
+        "flops_per_target_token": flops_per_token,
+        "train_gflop_per_s": flops_per_token * tokens / seconds / 1e9,
+        "matmul_peak_gflop_per_s": matmul_peak_gflops(),
         "system": f"alignmt-{model}",
         "steps": steps,
         "warmup": warmup,
@@ -151,6 +155,37 @@ def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) ->
         "wall_s": time.perf_counter() - started,
         "checkpoint": str(checkpoint),
     }
+
+
+def training_flops_per_token(task, batch) -> float:
+    """Floating-point operations of one training step (forward and backward, as counted by
+    torch's FlopCounterMode: matrix products and convolutions), per target token."""
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from alignmt.data.vocab import PAD_ID
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        logits = task.model(batch.src, batch.src_lengths, batch.tgt_in).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID)
+        loss.backward()
+    task.model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / batch.num_target_tokens
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """This machine's float32 matrix-product rate with the threads in use: the reference for
+    how much of the hardware training uses."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
 def decode(workload: Path, checkpoint: Path, search_name: str, sentences: int | None) -> dict:

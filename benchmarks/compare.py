@@ -49,27 +49,34 @@ def ours(command: list[str], threads: int) -> dict:
 
 
 def run_system(system: str, workload: Path, scratch: Path, threads: int) -> dict:
+    searches = ("greedy", "beam5")
     if system in OURS:
         model = system.split("-", 1)[1]
         trained = ours(["train", str(workload), str(scratch), "--model", model], threads)
-        decode = lambda search: ours(  # noqa: E731
-            [
-                "decode",
-                str(workload),
-                str(scratch),
-                "--checkpoint",
-                trained["checkpoint"],
-                "--search",
-                search,
-            ],
-            threads,
-        )
+        decoded = {
+            search: ours(
+                [
+                    "decode",
+                    str(workload),
+                    str(scratch),
+                    "--checkpoint",
+                    trained["checkpoint"],
+                    "--search",
+                    search,
+                ],
+                threads,
+            )
+            for search in searches
+        }
     else:
         trained = peers.train(system, workload, scratch, threads=threads)
-        decode = lambda search: peers.decode(  # noqa: E731
-            system, workload, scratch, trained["checkpoint"], search=search, threads=threads
-        )
-    return {"train": trained, "greedy": decode("greedy"), "beam5": decode("beam5")}
+        decoded = {
+            search: peers.decode(
+                system, workload, scratch, trained["checkpoint"], search=search, threads=threads
+            )
+            for search in searches
+        }
+    return {"train": trained, **decoded}
 
 
 def summarise(runs: list[dict], systems: list[str]) -> str:

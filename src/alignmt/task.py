@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -20,34 +18,21 @@ from alignmt.data.batching import Batch
 from alignmt.data.vocab import EOS_ID, PAD_ID, UNK
 from alignmt.decoding.greedy import GreedySearch
 from alignmt.decoding.unk import UnkReplacer
-from alignmt.evaluation.alignment import alignment_error_rate, hard_alignment, parse_pharaoh
 from alignmt.evaluation.bleu import corpus_scores
-from alignmt.evaluation.by_length import (
-    bleu_by_length,
-    bucket_metric_key,
-    write_bleu_by_length_csv,
+from alignmt.evaluation.results import (
+    SentenceResult,
+    spread_by_length,
+    test_results,
+    write_test_files,
 )
-from alignmt.evaluation.exposure import exposure_curves
-from alignmt.evaluation.source_coverage import source_coverage_errors
 from alignmt.evaluation.unk import no_unk_mask
 from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
-from alignmt.plots import plot_attention, plot_bleu_by_length, plot_exposure
+from alignmt.plots import plot_attention
 from alignmt.sampling import Schedule, TeacherForcing, scheduled_forward
-from alignmt.translator import Translation, Translator
+from alignmt.translator import Translator
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SentenceResult:
-    """What evaluation keeps of one sentence until the corpus-level metrics are computed."""
-
-    index: int  # position in the split
-    translation: Translation  # the best one
-    forced_attention: torch.Tensor | None = None  # teacher-forced, for alignment error
-    no_unk: Translation | None = None  # decoded with [UNK] forbidden, if in the No-UNK subset
-    exposure: tuple | None = None  # (reference, teacher-forced argmax, own output) ids
 
 
 class TranslationTask(pl.LightningModule):
@@ -296,11 +281,9 @@ class TranslationTask(pl.LightningModule):
 
     def _log_samples(self, outputs: list[SentenceResult], text) -> None:
         """A few validation sentences of increasing length, with their heatmaps."""
-        by_length = sorted(outputs, key=lambda o: len(text.sources[o.index].split()))
-        k = min(self.dashboard_samples, len(outputs))
-        chosen = [by_length[int((q + 0.5) / k * len(outputs))] for q in range(k)]
+        lengths = [len(text.sources[o.index].split()) for o in outputs]
         rows, images = [], []
-        for o in chosen:
+        for o in (outputs[i] for i in spread_by_length(lengths, self.dashboard_samples)):
             rows.append([text.sources[o.index], text.targets[o.index], o.translation.text])
             if o.translation.attention is not None and self.out_dir is not None:
                 name = f"step{self.global_step:06d}_{o.index:05d}.png"
@@ -319,82 +302,21 @@ class TranslationTask(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         outputs, nll, tokens = self._gathered()
         text = self.trainer.datamodule.text["test"]
-        hypotheses = [o.translation.text for o in outputs]
-        if len(hypotheses) != len(text):
-            raise RuntimeError(f"decoded {len(hypotheses)} of {len(text)} test sentences")
-        scores = corpus_scores(hypotheses, text.targets)
-        source_lengths = [len(s.split()) for s in text.sources]
-        rows = bleu_by_length(hypotheses, text.targets, source_lengths)
-        metrics = {
-            "test/bleu": scores["bleu"],
-            "test/chrf": scores["chrf"],
-            "test/loss": nll / tokens,
-            "test/ppl": math.exp(min(nll / tokens, 100)),
-        }
-        for row in rows:
-            if row["bleu"] is not None:
-                metrics[f"test/{bucket_metric_key(row['lo'], row['hi'])}"] = row["bleu"]
-        no_unk = [o for o in outputs if o.no_unk is not None]
-        if no_unk:
-            no_unk_references = [text.targets[o.index] for o in no_unk]
-            scores_no_unk = corpus_scores([o.no_unk.text for o in no_unk], no_unk_references)
-            metrics["test/bleu_no_unk"] = scores_no_unk["bleu"]
-        exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True))
-        for name, value in exposure.summary().items():
-            metrics[f"test/exposure/{name}"] = value
-        decoded_attention = [o.translation.attention for o in outputs]
-        if decoded_attention[0] is not None:  # source words the output skipped or repeated
-            counts = source_coverage_errors(a[:-1, :-1].numpy() for a in decoded_attention)
-            metrics.update({f"test/{name}": value for name, value in counts.items()})
-        if self._decode_seconds > 0:  # this rank's decoding time (all ranks decode at once)
-            output_tokens = sum(len(o.translation.tokens) for o in outputs)
-            metrics["test/decode_sentences_per_sec"] = len(outputs) / self._decode_seconds
-            metrics["test/decode_tokens_per_sec"] = output_tokens / self._decode_seconds
-        if text.alignments is not None and outputs[0].forced_attention is not None:
-            gold = [parse_pharaoh(a) for a in text.alignments]
-            for method in ("argmax", "threshold"):
-                predicted = [hard_alignment(o.forced_attention.numpy(), method) for o in outputs]
-                key = "test/aer" if method == "argmax" else f"test/aer_{method}"
-                metrics[key] = alignment_error_rate(predicted, gold)
-        self.log_dict(metrics, sync_dist=True)
+        results = test_results(outputs, text, nll, tokens, self._decode_seconds)
+        self.log_dict(results.metrics, sync_dist=True)
         self.test_metrics = {
-            **metrics,
-            "bleu_signature": scores["bleu_signature"],
-            "chrf_signature": scores["chrf_signature"],
-            "test_sentences": len(hypotheses),
-            "no_unk_sentences": len(no_unk),
+            **results.metrics,
+            **results.details,
             "global_step": self.global_step,
         }
         if self.out_dir is not None and self.trainer.is_global_zero:
-            self._write_results(outputs, rows, source_lengths, exposure)
+            write_test_files(
+                self.out_dir,
+                outputs,
+                text,
+                results,
+                self.test_metrics,
+                self.heatmaps,
+                self.heatmap_sentences,
+            )
         self._outputs = []
-
-    def _write_results(self, outputs, rows, source_lengths, exposure) -> None:
-        out = self.out_dir
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "hypotheses.txt").write_text("".join(o.translation.text + "\n" for o in outputs))
-        write_bleu_by_length_csv(rows, out / "bleu_by_length.csv")
-        plot_bleu_by_length({"test": rows}, out / "bleu_by_length.png")
-        exposure.write_csv(out / "exposure.csv")
-        plot_exposure(exposure, out / "exposure.png")
-        by_length = sorted(range(len(outputs)), key=lambda i: source_lengths[i])
-        k = min(self.heatmaps, len(outputs))
-        chosen = {by_length[int((q + 0.5) / k * len(outputs))] for q in range(k)}
-        for i in self.heatmap_sentences:
-            if 0 <= i < len(outputs):
-                chosen.add(i)
-            else:
-                log.warning("no heatmap for test sentence %d: the test set has %d", i, len(outputs))
-        for i in sorted(chosen):
-            t = outputs[i].translation
-            if t.attention is not None:
-                plot_attention(
-                    t.attention.numpy(),
-                    t.source_labels,
-                    t.target_labels,
-                    out / "attention" / f"test_{i:05d}.png",
-                    title=f"test sentence {i}",
-                )
-        metrics_file = out / "metrics.json"
-        previous = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
-        metrics_file.write_text(json.dumps({**previous, **self.test_metrics}, indent=2) + "\n")

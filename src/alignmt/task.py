@@ -85,7 +85,10 @@ class TranslationTask(pl.LightningModule):
         self.test_metrics: dict = {}
         self._outputs: list = []
         self._nll = self._tokens = self._decode_seconds = 0.0
-        self._clock: tuple[float, int] | None = None
+        self.train_tokens, self.train_seconds = 0, 0.0  # for train/tokens_per_sec
+        self._interval: tuple[int, float] = (0, 0.0)
+        self._step_started = 0.0
+        self._step_tokens = 0
 
     # ---------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -154,21 +157,22 @@ class TranslationTask(pl.LightningModule):
                 "set trainer.gradient_clip_val, or check the data for degenerate pairs"
             )
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
-        self._count_tokens(tokens)
+        self._step_tokens = tokens
         return loss
 
-    def _count_tokens(self, tokens: int) -> None:
-        """Logs training target tokens/s over each logging interval."""
-        now = time.perf_counter()
-        if self._clock is None:
-            self._clock = (now, 0)
-            return
-        start, counted = self._clock
-        counted += tokens
-        self._clock = (start, counted)
-        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0 and now > start:
-            self.log("train/tokens_per_sec", counted / (now - start))
-            self._clock = (now, 0)
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        self._step_started = time.perf_counter()
+
+    def on_train_batch_end(self, outputs, batch: Batch, batch_idx: int) -> None:
+        """Training throughput: target tokens over the time of the training steps themselves
+        (forward, backward, optimiser; not validation), per logging interval and overall."""
+        seconds = time.perf_counter() - self._step_started
+        self.train_tokens += self._step_tokens
+        self.train_seconds += seconds
+        self._interval = (self._interval[0] + self._step_tokens, self._interval[1] + seconds)
+        if (self.global_step % self.trainer.log_every_n_steps == 0) and self._interval[1] > 0:
+            self.log("train/tokens_per_sec", self._interval[0] / self._interval[1])
+            self._interval = (0, 0.0)
 
     # ------------------------------------------------------------ evaluation
     def _eval_step(self, batch: Batch) -> None:

@@ -71,6 +71,7 @@ def train(cfg: DictConfig) -> dict:
         else float(checkpoint.best_model_score),
         "best_checkpoint": best,
         "train_seconds": round(train_seconds, 1),
+        "train_tokens_per_sec": task.train_tokens / max(task.train_seconds, 1e-9),
         "train_steps": trainer.global_step,
     }
     if trainer.is_global_zero:

@@ -33,6 +33,7 @@ def test_a_run_directory_holds_config_metrics_checkpoints_and_plots(trained_run)
     assert Path(metrics["best_checkpoint"]).is_file()
     saved = json.loads((run_dir / "metrics.json").read_text())
     assert saved["train_steps"] == 30
+    assert saved["train_tokens_per_sec"] > 0
     assert saved["test_sentences"] == 18
     assert "nrefs:1" in saved["bleu_signature"]
     for key in (

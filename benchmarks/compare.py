@@ -48,11 +48,14 @@ def ours(command: list[str], threads: int) -> dict:
     return json.loads(out[out.index("{") :])
 
 
-def run_system(system: str, workload: Path, scratch: Path, threads: int) -> dict:
+def run_system(system: str, workload: Path, scratch: Path, args: argparse.Namespace) -> dict:
     searches = ("greedy", "beam5")
+    threads, steps, warmup, sentences = args.threads, args.steps, args.warmup, args.sentences
     if system in OURS:
         model = system.split("-", 1)[1]
-        trained = ours(["train", str(workload), str(scratch), "--model", model], threads)
+        budget = ["--steps", str(steps), "--warmup", str(warmup)]
+        trained = ours(["train", str(workload), str(scratch), "--model", model, *budget], threads)
+        subset = ["--sentences", str(sentences)] if sentences else []
         decoded = {
             search: ours(
                 [
@@ -63,16 +66,25 @@ def run_system(system: str, workload: Path, scratch: Path, threads: int) -> dict
                     trained["checkpoint"],
                     "--search",
                     search,
+                    *subset,
                 ],
                 threads,
             )
             for search in searches
         }
     else:
-        trained = peers.train(system, workload, scratch, threads=threads)
+        trained = peers.train(
+            system, workload, scratch, steps=steps, warmup=warmup, threads=threads
+        )
         decoded = {
             search: peers.decode(
-                system, workload, scratch, trained["checkpoint"], search=search, threads=threads
+                system,
+                workload,
+                scratch,
+                trained["checkpoint"],
+                search=search,
+                sentences=sentences,
+                threads=threads,
             )
             for search in searches
         }
@@ -111,6 +123,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--systems", nargs="+", default=[*OURS, *PEERS])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=60, help="training steps, warm-up included")
+    parser.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
+    parser.add_argument("--sentences", type=int, default=None, help="first N test sentences")
     args = parser.parse_args()
     if not (args.workload / "train.src").is_file():
         maker = HERE.parents[1] / "shared" / "bench" / "make_workload.py"
@@ -124,7 +139,7 @@ def main() -> None:
                 figures = {
                     "system": system,
                     "repeat": repeat,
-                    **run_system(system, args.workload, args.scratch, args.threads),
+                    **run_system(system, args.workload, args.scratch, args),
                 }
                 runs.append(figures)
                 log.write(json.dumps(figures) + "\n")

@@ -32,3 +32,17 @@ def test_all_steps_at_once_equals_one_step_at_a_time():
         c, w, _ = attention(queries[:, t], keys, values, mask)
         torch.testing.assert_close(c, context[:, t])
         torch.testing.assert_close(w, weights[:, t])
+
+
+def test_in_place_tanh_matches_torch_tanh_in_value_and_gradient():
+    from alignmt.models.functional import tanh_
+
+    x = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 5, 7, dtype=torch.float64)
+    ours = (tanh_(x * 1.0) * weights).sum()  # x * 1.0: a fresh intermediate, as in attention
+    (grad,) = torch.autograd.grad(ours, x)
+    reference = (torch.tanh(x) * weights).sum()
+    (expected,) = torch.autograd.grad(reference, x)
+    assert torch.allclose(ours, reference, atol=1e-12)
+    assert torch.allclose(grad, expected, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: tanh_(t * 1.0), (x,))

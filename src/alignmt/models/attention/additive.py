@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
-from alignmt.models.functional import tanh
+from alignmt.models.functional import tanh_
 
 
 class AdditiveAttention(Attention):
@@ -28,7 +28,7 @@ class AdditiveAttention(Attention):
         self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None
     ) -> torch.Tensor:
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
-        hidden = tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
+        hidden = tanh_(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)
 
 

@@ -91,12 +91,19 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(paths: list[Path], out: Path, keys: list[str], metrics: list[str], label: str | None):
+def report(
+    paths: list[Path],
+    out: Path,
+    keys: list[str],
+    metrics: list[str],
+    label: list[str] | None = None,
+):
     runs = find_runs(paths)
     if not runs:
         where = ", ".join(map(str, paths))
         raise SystemExit(f"no runs (directories with config.yaml) under {where}")
-    rows = collect(runs, keys, metrics)
+    label = label or []
+    rows = collect(runs, [*keys, *(k for k in label if k not in keys)], metrics)
     table = summarise(rows, keys, metrics)
     out.mkdir(parents=True, exist_ok=True)
     with (out / "runs.csv").open("w", newline="") as f:
@@ -107,7 +114,7 @@ def report(paths: list[Path], out: Path, keys: list[str], metrics: list[str], la
     curves = {}
     for run, row in zip(runs, rows, strict=True):
         if (run / "bleu_by_length.csv").is_file():
-            name = str(row[label]) if label else run.name
+            name = " ".join(str(row[k]) for k in label) if label else run.name
             curves[name if name not in curves else f"{name} ({run.name})"] = (
                 read_bleu_by_length_csv(run / "bleu_by_length.csv")
             )
@@ -122,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="default: the first path")
     parser.add_argument("--keys", nargs="*", default=list(DEFAULT_KEYS), help="config keys")
     parser.add_argument("--metrics", nargs="*", default=list(DEFAULT_METRICS))
-    parser.add_argument("--label", default=None, help="config key naming each curve")
+    parser.add_argument("--label", nargs="*", default=None, help="config keys naming each curve")
     args = parser.parse_args(argv)
     table = report(args.paths, args.out or args.paths[0], args.keys, args.metrics, args.label)
     print(markdown(table), end="")

@@ -42,7 +42,10 @@ def test_multirun_over_all_attention_variants(cache_dir, tmp_path):
         assert metrics["train_steps"] == 3 and "test/bleu" in metrics
         seen.add((run / "config.yaml").read_text().split("attention:\n")[1].split("\n")[0])
     assert len(seen) == len(VARIANTS)  # one run directory per variant
-    table = report([sweep], tmp_path / "report", ["model.attention._target_"], ["test/bleu"], None)
+    label = ["model._target_", "model.attention._target_"]  # curves named by two keys
+    table = report([sweep], tmp_path / "report", ["model.attention._target_"], ["test/bleu"], label)
     assert len(table) == len(VARIANTS)
+    header = (tmp_path / "report" / "runs.csv").read_text().splitlines()[0]
+    assert "model._target_" in header.split(",")
     assert (tmp_path / "report" / "report.md").is_file()
     assert (tmp_path / "report" / "bleu_by_length.png").is_file()

@@ -39,6 +39,7 @@ MODELS = {
         "model.embedding_dim=256",
         "model.num_layers=1",
         "model.input_feeding=true",
+        "model.attention.attention_size=null",  # the decoder size, as the peers
     ],
     "rnnsearch": [
         "model=rnnsearch",
@@ -46,6 +47,7 @@ MODELS = {
         "model.encoder_hidden_size=256",
         "model.decoder_hidden_size=512",
         "model.maxout_size=256",
+        "model.attention.attention_size=null",
     ],
 }
 

@@ -78,7 +78,10 @@ def plot_bleu_by_length(
     ax.set_ylabel("BLEU")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(curves) > 4:  # beside the axes: many curves would hide under an inner legend
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    else:
+        ax.legend()
     if title:
         ax.set_title(title)
     return _save(fig, path)

@@ -16,8 +16,8 @@ import time
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 
+from alignmt.loss import token_cross_entropy
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.rnnsearch import RNNSearch
 
@@ -73,9 +73,7 @@ def main() -> None:
         start = time.perf_counter()
         with autocast:
             logits = model(src, src_lengths, tgt_in).logits
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD
-            )
+            loss = token_cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), PAD)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

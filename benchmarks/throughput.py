@@ -14,12 +14,12 @@ import resource
 import time
 
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
 from alignmt.data.vocab import PAD_ID
+from alignmt.loss import token_cross_entropy
 from alignmt.runtime import keep_freed_memory
 
 
@@ -73,7 +73,7 @@ def main() -> None:
             torch.cuda.synchronize()
         start = time.perf_counter()
         logits = model(src, batch.src_lengths, tgt_in).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+        loss = token_cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if clip:

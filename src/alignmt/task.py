@@ -26,6 +26,7 @@ from alignmt.evaluation.results import (
     write_test_files,
 )
 from alignmt.evaluation.unk import no_unk_mask
+from alignmt.loss import token_cross_entropy
 from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.plots import plot_attention
@@ -140,7 +141,7 @@ class TranslationTask(pl.LightningModule):
         else:
             out = self.model(batch.src, batch.src_lengths, batch.tgt_in)
         tokens = batch.num_target_tokens
-        loss = F.cross_entropy(
+        loss = token_cross_entropy(
             out.logits.flatten(0, 1).float(),
             batch.tgt_out.flatten(),
             ignore_index=PAD_ID,

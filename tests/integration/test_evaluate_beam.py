@@ -65,6 +65,7 @@ def small_vocabulary_run(cache_dir, tmp_path_factory):
         run_dir,
         "++data.source_vocab_size=250",
         "++data.target_vocab_size=200",
+        "model.attention.attention_size=24",
         "trainer.max_steps=40",  # long enough to learn that [UNK] is its most frequent word
         "trainer.val_check_interval=40",
     )

@@ -12,9 +12,11 @@ def keep_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse instead of returning it to the OS.
 
     By default glibc serves blocks above a dynamic threshold with fresh mmap pages and gives
-    them back when freed, so every training step page-faults its activations in again; for
-    the quickstart model that is about a third of a decoder step on CPU (measured: the fused
-    recurrence's forward pass takes 40 ms instead of 65 ms). Returns whether it applied.
+    them back when freed, so a training step that allocates many large temporaries
+    page-faults them in again every step (it once cost the fused recurrence's forward pass
+    40 ms -> 65 ms). Since attention and loss work in place, the quickstart model trains as
+    fast without it (`benchmarks/throughput.py --default-allocator`). Returns whether it
+    applied.
     """
     if not sys.platform.startswith("linux"):
         return False

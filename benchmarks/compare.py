@@ -49,46 +49,27 @@ def ours(command: list[str], threads: int) -> dict:
 
 
 def run_system(system: str, workload: Path, scratch: Path, args: argparse.Namespace) -> dict:
-    searches = ("greedy", "beam5")
-    threads, steps, warmup, sentences = args.threads, args.steps, args.warmup, args.sentences
-    if system in OURS:
-        model = system.split("-", 1)[1]
-        budget = ["--steps", str(steps), "--warmup", str(warmup)]
-        trained = ours(["train", str(workload), str(scratch), "--model", model, *budget], threads)
-        subset = ["--sentences", str(sentences)] if sentences else []
-        decoded = {
-            search: ours(
-                [
-                    "decode",
-                    str(workload),
-                    str(scratch),
-                    "--checkpoint",
-                    trained["checkpoint"],
-                    "--search",
-                    search,
-                    *subset,
-                ],
-                threads,
-            )
-            for search in searches
-        }
-    else:
-        trained = peers.train(
-            system, workload, scratch, steps=steps, warmup=warmup, threads=threads
+    """Train `system` once and decode with each search: {"train": {...}, search: {...}}."""
+    if system in PEERS:
+        return peers.run_peer(
+            system,
+            workload,
+            scratch,
+            steps=args.steps,
+            warmup=args.warmup,
+            sentences=args.sentences,
+            searches=peers.SEARCHES,
+            threads=args.threads,
         )
-        decoded = {
-            search: peers.decode(
-                system,
-                workload,
-                scratch,
-                trained["checkpoint"],
-                search=search,
-                sentences=sentences,
-                threads=threads,
-            )
-            for search in searches
-        }
-    return {"train": trained, **decoded}
+    model = system.split("-", 1)[1]
+    budget = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    trained = ours(["train", str(workload), str(scratch), "--model", model, *budget], args.threads)
+    subset = ["--sentences", str(args.sentences)] if args.sentences else []
+    decode = ["decode", str(workload), str(scratch), "--checkpoint", trained["checkpoint"]]
+    result = {"train": trained}
+    for search in peers.SEARCHES:
+        result[search] = ours([*decode, "--search", search, *subset], args.threads)
+    return result
 
 
 def summarise(runs: list[dict], systems: list[str]) -> str:

@@ -89,7 +89,6 @@ class TranslationTask(pl.LightningModule):
         self.train_tokens, self.train_seconds = 0, 0.0  # for train/tokens_per_sec
         self._interval: tuple[int, float] = (0, 0.0)
         self._step_started = 0.0
-        self._step_tokens = 0
 
     # ---------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -140,7 +139,6 @@ class TranslationTask(pl.LightningModule):
             )
         else:
             out = self.model(batch.src, batch.src_lengths, batch.tgt_in)
-        tokens = batch.num_target_tokens
         loss = token_cross_entropy(
             out.logits.flatten(0, 1).float(),
             batch.tgt_out.flatten(),
@@ -158,7 +156,6 @@ class TranslationTask(pl.LightningModule):
                 "set trainer.gradient_clip_val, or check the data for degenerate pairs"
             )
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
-        self._step_tokens = tokens
         return loss
 
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
@@ -168,9 +165,10 @@ class TranslationTask(pl.LightningModule):
         """Training throughput: target tokens over the time of the training steps themselves
         (forward, backward, optimiser; not validation), per logging interval and overall."""
         seconds = time.perf_counter() - self._step_started
-        self.train_tokens += self._step_tokens
+        tokens = batch.num_target_tokens
+        self.train_tokens += tokens
         self.train_seconds += seconds
-        self._interval = (self._interval[0] + self._step_tokens, self._interval[1] + seconds)
+        self._interval = (self._interval[0] + tokens, self._interval[1] + seconds)
         if (self.global_step % self.trainer.log_every_n_steps == 0) and self._interval[1] > 0:
             self.log("train/tokens_per_sec", self._interval[0] / self._interval[1])
             self._interval = (0, 0.0)

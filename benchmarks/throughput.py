@@ -18,9 +18,9 @@ from hydra import compose, initialize_config_dir
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.data.vocab import PAD_ID
 from alignmt.loss import token_cross_entropy
 from alignmt.runtime import keep_freed_memory
+from alignmt.special_tokens import PAD_ID
 
 
 def peak_memory_mib(device: torch.device) -> float:

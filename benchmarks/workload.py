@@ -166,7 +166,7 @@ def training_flops_per_token(task, batch) -> float:
     import torch.nn.functional as F
     from torch.utils.flop_counter import FlopCounterMode
 
-    from alignmt.data.vocab import PAD_ID
+    from alignmt.special_tokens import PAD_ID
 
     counter = FlopCounterMode(display=False)
     with counter:

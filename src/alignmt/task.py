@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from alignmt.dashboards import has_dashboard, log_validation_samples
 from alignmt.data.batching import Batch
-from alignmt.data.vocab import EOS_ID, PAD_ID, UNK
 from alignmt.decoding.greedy import GreedySearch
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.evaluation.bleu import corpus_scores
@@ -31,6 +30,7 @@ from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.plots import plot_attention
 from alignmt.sampling import Schedule, TeacherForcing, scheduled_forward
+from alignmt.special_tokens import EOS_ID, PAD_ID, UNK
 from alignmt.translator import Translator
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from omegaconf import DictConfig
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.data.vocab import EOS
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.runtime import keep_freed_memory
+from alignmt.special_tokens import EOS
 from alignmt.translator import Translation, Translator
 
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from alignmt.data.batching import Batch, EncodedPairs, LengthBucketSampler, collate
-from alignmt.data.vocab import EOS, UNK_ID, Vocabulary
+from alignmt.data.vocab import Vocabulary
 from alignmt.decoding.hypothesis import Hypothesis
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.models.seq2seq import Seq2Seq
+from alignmt.special_tokens import EOS, UNK_ID
 
 
 @dataclass

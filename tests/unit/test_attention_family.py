@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.data.vocab import PAD_ID
 from alignmt.models import Luong, RNNSearch
 from alignmt.models.attention import (
     DotAttention,
@@ -16,6 +15,7 @@ from alignmt.models.attention import (
     LocalPredictiveAttention,
     LocationAttention,
 )
+from alignmt.special_tokens import PAD_ID
 from tests.conftest import compose_config
 
 VARIANTS = sorted(p.stem for p in (CONF_DIR / "model" / "attention").glob("*.yaml"))

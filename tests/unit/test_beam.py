@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from alignmt.decoding import BeamSearch, GreedySearch
 from alignmt.decoding.hypothesis import max_output_lengths
 from alignmt.models import RNNSearch
 from alignmt.models.seq2seq import Memory
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 A, B, C = 4, 5, 6  # the words of the hand-written models
 

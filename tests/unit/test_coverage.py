@@ -3,9 +3,9 @@ import torch
 import torch.nn.functional as F
 
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.data.vocab import PAD_ID
 from alignmt.models.coverage import CoverageAttention, LinguisticCoverage, coverage_loss
 from alignmt.models.seq2seq import reorder_state
+from alignmt.special_tokens import PAD_ID
 from tests.conftest import compose_config
 
 ATTENTIONS = sorted(p.stem for p in (CONF_DIR / "model" / "attention").glob("*.yaml"))

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from alignmt.data import DataUnavailableError, HubCorpus, MosesTokenizer, TranslationDataModule
 from alignmt.data.batching import Batch
 from alignmt.data.corpus import read_lines
-from alignmt.data.vocab import EOS_ID
+from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

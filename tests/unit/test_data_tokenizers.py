@@ -7,7 +7,7 @@ import pytest
 
 from alignmt.data import MosesTokenizer, SentencePieceTokenizer, Vocabulary
 from alignmt.data.corpus import read_lines
-from alignmt.data.vocab import UNK_ID
+from alignmt.special_tokens import UNK_ID
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 pytestmark = pytest.mark.skipif(

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.data.vocab import BOS_ID, EOS_ID
 from alignmt.decoding import GreedySearch
 from alignmt.evaluation.exposure import exposure_curves
 from alignmt.evaluation.source_coverage import source_coverage_errors
 from alignmt.models.seq2seq import DecoderOutput, Memory
 from alignmt.plots import plot_exposure
+from alignmt.special_tokens import BOS_ID, EOS_ID
 
 WRONG = 4
 VOCAB = 12

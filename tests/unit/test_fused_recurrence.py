@@ -3,10 +3,10 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from alignmt.data.vocab import PAD_ID
 from alignmt.models import RNNSearch
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.coverage import coverage_loss
+from alignmt.special_tokens import PAD_ID
 
 
 def make():

@@ -5,10 +5,10 @@ from functools import partial
 import pytest
 import torch
 
-from alignmt.data.vocab import BOS_ID, EOS_ID
 from alignmt.decoding import GreedySearch
 from alignmt.models import Luong, RNNEncDec, RNNSearch
 from alignmt.models.attention import AdditiveAttention, GeneralAttention
+from alignmt.special_tokens import BOS_ID, EOS_ID
 
 
 def reference_greedy(model, src, src_lengths, limit):

@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alignmt.data.vocab import PAD_ID
 from alignmt.models import RNNEncDec, RNNEncoder, RNNSearch
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.encoder import reverse_padded
 from alignmt.models.init import initialise
+from alignmt.special_tokens import PAD_ID
 
 SIZES = dict(embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14, maxout_size=8)
 

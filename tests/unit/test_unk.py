@@ -4,11 +4,12 @@ import pytest
 import torch
 
 from alignmt.data.tokenizers import WhitespaceTokenizer
-from alignmt.data.vocab import EOS_ID, PAD_ID, SPECIALS, UNK, UNK_ID, Vocabulary
+from alignmt.data.vocab import Vocabulary
 from alignmt.decoding import GreedySearch
 from alignmt.decoding.unk import UnkReplacer, read_dictionary
 from alignmt.evaluation.unk import no_unk_mask
 from alignmt.models.seq2seq import Memory
+from alignmt.special_tokens import EOS_ID, PAD_ID, SPECIALS, UNK, UNK_ID
 from alignmt.translator import Translator
 
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler, collate
-from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID, Vocabulary
+from alignmt.data.vocab import Vocabulary
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
 
 
 def test_vocabulary_orders_by_frequency_and_maps_unknown_words():

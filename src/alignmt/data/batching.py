@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

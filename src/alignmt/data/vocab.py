@@ -6,9 +6,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
-SPECIALS = (PAD, UNK, BOS, EOS)
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
 
 
 class Vocabulary:

@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from alignmt.decoding.hypothesis import Hypothesis, banned_tokens, max_output_lengths
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 class GreedySearch:

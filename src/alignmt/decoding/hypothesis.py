@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from alignmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass

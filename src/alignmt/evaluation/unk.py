@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from alignmt.data.vocab import UNK_ID
+from alignmt.special_tokens import UNK_ID
 
 
 def no_unk_mask(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from alignmt.data.vocab import PAD_ID
+from alignmt.special_tokens import PAD_ID
 
 
 class EncoderOutput(NamedTuple):

@@ -7,12 +7,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from alignmt.data.vocab import PAD_ID
 from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.special_tokens import PAD_ID
 
 
 class LuongDecoder(Decoder):

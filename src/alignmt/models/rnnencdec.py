@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from alignmt.data.vocab import PAD_ID
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
 from alignmt.models.init import initialise
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.special_tokens import PAD_ID
 
 
 class RNNEncDecDecoder(Decoder):

@@ -7,7 +7,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from alignmt.data.vocab import PAD_ID
 from alignmt.models.attention import AdditiveAttention, Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
@@ -15,6 +14,7 @@ from alignmt.models.fused_recurrence import AdditiveGRURecurrence
 from alignmt.models.init import initialise
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.special_tokens import PAD_ID
 
 
 class RNNSearchDecoder(Decoder):

@@ -18,10 +18,9 @@ import time
 import numpy as np
 import torch
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.build import restore
 from alignmt.data.batching import LengthBucketSampler, collate
 from alignmt.decoding import BeamSearch, GreedySearch
-from alignmt.runtime import keep_freed_memory
 
 
 def decode_speed(model, search, pairs, indices, batch_size: int, device) -> tuple[float, float]:
@@ -53,10 +52,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    keep_freed_memory()
 
     device = torch.device(args.device)
-    restored = load_checkpoint(args.ckpt)
+    restored = restore(args.ckpt)
     model = restored.model.to(device)
     dm = restored.datamodule
     dm.prepare_data()

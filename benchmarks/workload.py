@@ -93,9 +93,8 @@ def peak_rss_mib() -> float:
 
 def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) -> dict:
     import pytorch_lightning as pl
-    from omegaconf import OmegaConf
 
-    from alignmt.config import instantiate
+    from alignmt.build import build
 
     class Clock(pl.Callback):
         def __init__(self):
@@ -106,20 +105,9 @@ def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) ->
             self.tokens.append(batch.num_target_tokens)
 
     cfg = compose(workload, scratch, model, [])
-    pl.seed_everything(cfg.seed)
     started = time.perf_counter()
-    dm = instantiate(cfg.data, seed=cfg.seed)
-    dm.prepare_data()
-    dm.setup("fit")
-    net = instantiate(
-        cfg.model, src_vocab_size=len(dm.source_vocab), tgt_vocab_size=len(dm.target_vocab)
-    )
-    task = instantiate(cfg.task, _partial_=True)(
-        model=net,
-        optimizer=instantiate(cfg.optim),
-        search=instantiate(cfg.decoding),
-        run_config=OmegaConf.to_container(cfg, resolve=True),
-    )
+    built = build(cfg)
+    dm, net, task = built.datamodule, built.model, built.task
     clock = Clock()
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -194,11 +182,11 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
 def decode(workload: Path, checkpoint: Path, search_name: str, sentences: int | None) -> dict:
     import torch
 
-    from alignmt.checkpoint import load_checkpoint
+    from alignmt.build import restore
     from alignmt.decoding import BeamSearch, GreedySearch
 
     started = time.perf_counter()
-    restored = load_checkpoint(checkpoint)
+    restored = restore(checkpoint)
     dm = restored.datamodule
     dm.setup("test")
     search = (
@@ -246,16 +234,11 @@ def main() -> None:
     parser.add_argument("--search", choices=["greedy", "beam5"], default="greedy")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--default-allocator", action="store_true", help="glibc defaults")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
 
-    from alignmt.runtime import keep_freed_memory
-
     torch.set_num_threads(args.threads)
-    if not args.default_allocator:
-        keep_freed_memory()
     args.scratch.mkdir(parents=True, exist_ok=True)
     if args.command == "train":
         figures = train(args.workload, args.scratch, args.model, args.steps, args.warmup)

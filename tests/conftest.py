@@ -26,7 +26,7 @@ TINY_TRAINER = [
     "trainer.log_every_n_steps=2",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
-    "task.heatmaps=2",
+    "callbacks.result_files.heatmaps=2",
 ]
 
 

@@ -9,8 +9,8 @@ import hydra.utils
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = ROOT / "conf"
+# Package data: in the repository a link to the top-level conf/, in a wheel a copy of it.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 class ConfigError(ValueError):

@@ -8,7 +8,6 @@ attention heatmaps (`heatmaps` chosen by length, plus the test sentences `heatma
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -16,36 +15,32 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.atomic import write_text
+from alignmt.build import restore
+from alignmt.callbacks import ResultFiles
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.runtime import keep_freed_memory
-from alignmt.task import TranslationTask
+from alignmt.evaluation.evaluator import Evaluator
+from alignmt.evaluation.module import EvaluationModule
+from alignmt.evaluation.results import update_metrics_file
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    restored = load_checkpoint(cfg.ckpt)
-    OmegaConf.save(cfg, run_dir / "evaluate.yaml", resolve=True)
-    OmegaConf.save(restored.config, run_dir / "config.yaml")
-    search = instantiate(cfg.decoding if cfg.get("decoding") else restored.config.decoding)
-    task = TranslationTask(
-        restored.model,
-        optimizer=None,
-        search=search,
-        heatmaps=cfg.heatmaps,
-        heatmap_sentences=list(cfg.heatmap_sentences),
-        unk_replace=cfg.unk_replace,
-        unk_dictionary=cfg.unk_dictionary,
-        out_dir=str(run_dir),
-        run_config=OmegaConf.to_container(restored.config),
+    restored = restore(cfg.ckpt, cfg.get("decoding"), cfg)
+    write_text(run_dir / "evaluate.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text(run_dir / "config.yaml", OmegaConf.to_yaml(restored.config))
+    module = EvaluationModule(
+        restored.model, Evaluator(restored.translator, restored.datamodule.text)
     )
-    trainer = instantiate(cfg.trainer, logger=False, callbacks=[])
-    trainer.test(task, datamodule=restored.datamodule, verbose=False)
-    metrics = {**task.test_metrics, "checkpoint": str(cfg.ckpt)}
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    files = ResultFiles(str(run_dir), cfg.heatmaps, list(cfg.heatmap_sentences))
+    trainer = instantiate(cfg.trainer, logger=False, callbacks=[files], enable_checkpointing=False)
+    trainer.test(module, datamodule=restored.datamodule, verbose=False)
+    results = module.test_results
+    metrics = {**results.metrics, **results.details, "checkpoint": str(cfg.ckpt)}
+    if trainer.is_global_zero:
+        update_metrics_file(run_dir / "metrics.json", metrics)
     log.info(
         "test BLEU %.2f  No-UNK BLEU %.2f (%d sentences)  chrF %.2f  %.1f sentences/s  -> %s",
         metrics["test/bleu"],
@@ -60,7 +55,6 @@ def evaluate(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    keep_freed_memory()
     evaluate(cfg)
 
 

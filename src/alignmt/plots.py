@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from alignmt.atomic import write_with
+
 
 def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=150, bbox_inches="tight")
-    return path
+    write_with(path, lambda f: fig.savefig(f, format="png", dpi=150, bbox_inches="tight"))
+    return Path(path)
 
 
 def plot_attention(

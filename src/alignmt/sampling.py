@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from alignmt.models.seq2seq import DecoderOutput, Seq2Seq
+from alignmt.special_tokens import BOS_ID, PAD_ID
 
 MODES = ("greedy", "sample")
 
@@ -25,6 +25,11 @@ class Schedule:
 
     def ratio(self, step: int) -> float:
         raise NotImplementedError
+
+    def feed(self, step: int):
+        """The decoder's `feed` for training step `step`, or None for plain teacher forcing."""
+        ratio = self.ratio(step)
+        return None if ratio >= 1.0 else MixedFeed(ratio, self.mode)
 
 
 class TeacherForcing(Schedule):
@@ -67,31 +72,23 @@ class InverseSigmoidDecay(Schedule):
         return self.k / (self.k + math.exp(min(step / self.k, 700.0)))
 
 
-def scheduled_forward(
-    model: Seq2Seq,
-    src: torch.Tensor,
-    src_lengths: torch.Tensor,
-    tgt_in: torch.Tensor,
-    ratio: float,
-    mode: str = "greedy",
-) -> DecoderOutput:
-    """Teacher forcing where each input token after [BOS] is, with probability 1 - ratio,
-    replaced by the model's own prediction at the previous step (argmax or a sample; no
-    gradient flows through the choice). Runs step by step through `model.step`."""
-    memory, state = model.start(src, src_lengths)
-    prev = tgt_in[:, 0]
-    logits, weights = [], []
-    for t in range(tgt_in.size(1)):
-        step_logits, state, alpha = model.step(prev, memory, state)
-        logits.append(step_logits)
-        weights.append(alpha)
-        if t + 1 < tgt_in.size(1):
-            with torch.no_grad():
-                if mode == "greedy":
-                    own = step_logits.argmax(-1)
-                else:
-                    own = torch.multinomial(torch.softmax(step_logits.float(), -1), 1).squeeze(1)
-                use_reference = torch.rand(prev.shape, device=prev.device) < ratio
-            prev = torch.where(use_reference, tgt_in[:, t + 1], own)
-    attention = None if weights[0] is None else torch.stack(weights, 1)
-    return DecoderOutput(torch.stack(logits, 1), attention)
+class MixedFeed:
+    """Each next input is the reference token with probability `ratio`, else the model's own
+    prediction at this step (argmax or a sample; never [PAD] or [BOS], which are not words; no
+    gradient flows through the choice). One coin per token, from the global torch generator,
+    whose state checkpoints carry."""
+
+    def __init__(self, ratio: float, mode: str = "greedy"):
+        self.ratio = ratio
+        self.mode = mode
+
+    @torch.no_grad()
+    def __call__(self, t: int, reference: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float().clone()
+        logits[:, [PAD_ID, BOS_ID]] = -math.inf
+        if self.mode == "greedy":
+            own = logits.argmax(-1)
+        else:
+            own = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
+        use_reference = torch.rand(reference.shape, device=reference.device) < self.ratio
+        return torch.where(use_reference, reference, own)

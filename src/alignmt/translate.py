@@ -15,37 +15,20 @@ import json
 import sys
 
 import hydra
+import numpy as np
 from omegaconf import DictConfig
 
-from alignmt.checkpoint import load_checkpoint
-from alignmt.config import CONF_DIR, instantiate
-from alignmt.decoding.unk import UnkReplacer
-from alignmt.runtime import keep_freed_memory
+from alignmt.atomic import write_text
+from alignmt.build import restore
+from alignmt.config import CONF_DIR
 from alignmt.special_tokens import EOS
 from alignmt.translator import Translation, Translator
 
 
 def load_translator(cfg: DictConfig) -> tuple[Translator, int | None]:
     """The checkpoint's translator, and the longest sentence its training data kept."""
-    restored = load_checkpoint(cfg.ckpt)
-    decoding = cfg.decoding if cfg.get("decoding") else restored.config.decoding
-    if cfg.nbest > 1 and "nbest" not in decoding:
-        raise ValueError(
-            f"nbest={cfg.nbest} needs a search that keeps several hypotheses: "
-            f"decoding=beam decoding.beam_size={max(cfg.nbest, 5)}"
-        )
-    search = instantiate(decoding, **({"nbest": cfg.nbest} if cfg.nbest > 1 else {}))
-    dm = restored.datamodule
-    translator = Translator(
-        restored.model,
-        search,
-        dm.source_vocab,
-        dm.target_vocab,
-        dm.source_tokenizer,
-        dm.target_tokenizer,
-        unk_replacer=UnkReplacer.from_file(cfg.unk_dictionary) if cfg.unk_replace else None,
-    )
-    return translator, restored.config.data.get("max_length")
+    restored = restore(cfg.ckpt, cfg.get("decoding"), cfg)
+    return restored.translator, restored.config.data.get("max_length")
 
 
 def warn_long_lines(lines: list[str], tokenizer, max_length: int | None) -> None:
@@ -67,6 +50,8 @@ def translate_all(
     """Every line's n-best list; an empty list for an empty line."""
     nonempty = [i for i, line in enumerate(lines) if line.strip()]
     results: list[list[Translation]] = [[] for _ in lines]
+    if not nonempty:
+        return results
     translated = translator.translate([lines[i] for i in nonempty], batch_size=batch_size)
     for i, nbest in zip(nonempty, translated, strict=True):
         results[i] = nbest
@@ -88,7 +73,7 @@ def attention_record(nbest: list[Translation]) -> dict:
     best = nbest[0]
     weights = None
     if best.attention is not None:
-        weights = best.attention.double().round(decimals=5).tolist()
+        weights = np.round(best.attention.astype(np.float64), 5).tolist()
     return {"source": [*best.source_words, EOS], "output": best.target_labels, "weights": weights}
 
 
@@ -106,18 +91,34 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
     return [nbest[0].text if nbest else "" for nbest in results]
 
 
+def read_lines(stream, name: str) -> list[str]:
+    """Lines of a byte stream without their newline; a line that is not valid UTF-8 is
+    translated with its undecodable bytes replaced, and a warning names it."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            print(
+                f"alignmt-translate: warning: {name} line {number} is not valid UTF-8 "
+                f"({e.reason} at byte {e.start}); undecodable bytes replaced by U+FFFD",
+                file=sys.stderr,
+            )
+            line = raw.decode("utf-8", errors="replace")
+        lines.append(line.rstrip("\r\n"))
+    return lines
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    keep_freed_memory()
     if cfg.input:
-        with open(cfg.input, encoding="utf-8") as source:
-            lines = [line.rstrip("\r\n") for line in source]
+        with open(cfg.input, "rb") as source:
+            lines = read_lines(source, cfg.input)
     else:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
+        lines = read_lines(sys.stdin.buffer, "standard input")
     text = "".join(o + "\n" for o in translate_lines(cfg, lines))
     if cfg.output:
-        with open(cfg.output, "w", encoding="utf-8") as target:
-            target.write(text)
+        write_text(cfg.output, text)
     else:
         sys.stdout.write(text)
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from alignmt.data.batching import Batch, EncodedPairs, LengthBucketSampler, collate
 from alignmt.data.vocab import Vocabulary
@@ -17,12 +16,16 @@ from alignmt.special_tokens import EOS, UNK_ID
 
 @dataclass
 class Translation:
+    """One output with what explains it. Owns its storage (the attention is a copy), so a list
+    of translations pickles compactly when gathered across processes."""
+
     source_tokens: list[str]  # as the model saw them ([UNK] for unknown words), without [EOS]
     source_words: list[str]  # as the tokeniser gave them (unknown words kept), without [EOS]
+    ids: list[int]  # output ids as decoded (before [UNK] replacement), without [EOS]
     tokens: list[str]  # output tokens (after [UNK] replacement, if on), without [EOS]
     text: str  # detokenised output
     score: float
-    attention: torch.Tensor | None  # [len(tokens) + 1, len(source_tokens) + 1], [EOS] included
+    attention: np.ndarray | None  # [len(tokens) + 1, len(source_tokens) + 1], [EOS] included
 
     @property
     def source_labels(self) -> list[str]:
@@ -61,12 +64,6 @@ class Translator:
         self.target_tokenizer = target_tokenizer
         self.unk_replacer = unk_replacer
 
-    def with_search(self, search) -> Translator:
-        """The same translator decoding with another search (e.g. one forbidding [UNK])."""
-        other = copy.copy(self)
-        other.search = search
-        return other
-
     def _translation(
         self, source_ids: list[int], source_words: list[str] | None, hypothesis: Hypothesis
     ) -> Translation:
@@ -74,24 +71,33 @@ class Translator:
         if source_words is None:
             source_words = source_tokens
         tokens = self.target_vocab.decode(hypothesis.tokens)
+        attention = None
+        if hypothesis.attention is not None:
+            attention = hypothesis.attention.float().numpy().copy()
         if self.unk_replacer is not None:
             is_unk = [i == UNK_ID for i in hypothesis.tokens]
             tokens = self.unk_replacer(tokens, is_unk, source_words, hypothesis.attention)
         return Translation(
             source_tokens=source_tokens,
             source_words=source_words,
+            ids=list(hypothesis.tokens),
             tokens=tokens,
             text=self.target_tokenizer.detokenize(tokens),
             score=hypothesis.score,
-            attention=hypothesis.attention,
+            attention=attention,
         )
 
     def decode_batch(
-        self, batch: Batch, source_words: list[list[str]] | None = None
+        self,
+        batch: Batch,
+        source_words: list[list[str]] | None = None,
+        forbid_unk: bool = False,
     ) -> list[list[Translation]]:
         """The n-best list (length 1 for greedy search) of every sentence, in batch order.
-        `source_words`: each sentence's tokeniser output, for [UNK] replacement."""
-        nbest = self.search(self.model, batch.src, batch.src_lengths)
+        `source_words`: each sentence's tokeniser output, for [UNK] replacement; `forbid_unk`:
+        never output [UNK] (the paper's "No UNK" evaluation)."""
+        options = {"forbid_unk": True} if forbid_unk else {}
+        nbest = self.search(self.model, batch.src, batch.src_lengths, **options)
         sources = batch.src.cpu().tolist()
         words = source_words or [None] * len(sources)
         return [
@@ -106,10 +112,7 @@ class Translator:
         device = next(self.model.parameters()).device
         results: list[list[Translation] | None] = [None] * len(sentences)
         for indices in LengthBucketSampler(pairs.lengths(), batch_size, shuffle=False):
-            batch = collate([pairs[i] for i in indices])
-            batch = Batch(
-                batch.src.to(device), batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.indices
-            )
+            batch = collate([pairs[i] for i in indices]).to(device)
             translations = self.decode_batch(batch, [words[i] for i in indices])
             for i, nbest in zip(indices, translations, strict=True):
                 results[i] = nbest

@@ -30,7 +30,7 @@ def test_multirun_over_all_attention_variants(cache_dir, tmp_path):
         "trainer.val_check_interval=3",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
-        "task.heatmaps=1",
+        "callbacks.result_files.heatmaps=1",
         f"hydra.sweep.dir={sweep}",
     ]
     subprocess.run(command, check=True, capture_output=True, text=True)

@@ -56,7 +56,7 @@ def test_throughput_prints_training_and_decoding_speed(cache_dir, tmp_path):
         "throughput.py", *overrides, "--steps", "2", "--warmup", "1", "--decode-sentences", "8"
     )
     assert figure(r"train\s+(\d+) target tokens/s", out) > 0
-    assert figure(r"greedy\s+([\d.]+) sentences/s", out) > 0
+    assert figure(r"decode\s+([\d.]+) sentences/s", out) > 0
     assert figure(r"peak memory (\d+) MiB", out) > 0
 
 

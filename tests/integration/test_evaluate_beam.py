@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.build import restore
 from alignmt.data.corpus import ToyCorpus
 from alignmt.evaluate import evaluate
 from alignmt.train import train
@@ -14,7 +14,7 @@ from tests.conftest import compose_config, tiny_train_config
 def evaluate_config(ckpt, run_dir, *overrides):
     return compose_config(
         "evaluate",
-        [f"ckpt={ckpt}", f"run_dir={run_dir}", "trainer.enable_progress_bar=false", *overrides],
+        [f"ckpt={ckpt}", f"run_dir={run_dir}", *overrides],
     )
 
 
@@ -75,7 +75,7 @@ def small_vocabulary_run(cache_dir, tmp_path_factory):
 def test_no_unk_bleu_covers_the_sentences_without_unknown_words(small_vocabulary_run, tmp_path):
     cfg, trained = small_vocabulary_run
     ckpt = trained["best_checkpoint"]
-    restored = load_checkpoint(ckpt)
+    restored = restore(ckpt)
     known_source, known_target = (
         restored.datamodule.source_vocab.stoi,
         restored.datamodule.target_vocab.stoi,

@@ -10,7 +10,6 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from alignmt.config import ConfigError, instantiate
 from alignmt.data.batching import EncodedPairs, collate
-from alignmt.decoding import GreedySearch
 from alignmt.models import RNNSearch
 from alignmt.task import TranslationTask
 from alignmt.train import train
@@ -45,14 +44,10 @@ class Interrupt(pl.Callback):
 
 
 def test_an_interrupted_run_saves_a_checkpoint_to_resume_from(compose_train, tmp_path, monkeypatch):
-    import alignmt.train as train_module
+    import alignmt.build as build_module
 
-    build = train_module.build_callbacks
-    monkeypatch.setattr(
-        train_module,
-        "build_callbacks",
-        lambda cfg, run_dir: (lambda best, cbs: (best, [*cbs, Interrupt()]))(*build(cfg, run_dir)),
-    )
+    build = build_module.build_callbacks
+    monkeypatch.setattr(build_module, "build_callbacks", lambda cfg: [*build(cfg), Interrupt()])
     cfg = compose_train(
         "trainer.max_steps=10", "trainer.val_check_interval=100", run_dir=tmp_path / "crashed"
     )
@@ -60,7 +55,7 @@ def test_an_interrupted_run_saves_a_checkpoint_to_resume_from(compose_train, tmp
         train(cfg)
     interrupted = tmp_path / "crashed" / "checkpoints" / "interrupted.ckpt"
     assert checkpoint_step(interrupted) == 4
-    monkeypatch.setattr(train_module, "build_callbacks", build)
+    monkeypatch.setattr(build_module, "build_callbacks", build)
     metrics = train(
         compose_train(
             "trainer.max_steps=7",
@@ -100,8 +95,8 @@ def test_experiments_are_addressable_as_experiment_name(compose_train):
 def test_a_non_finite_loss_stops_training_with_a_clear_error():
     model = RNNSearch(20, 20, 8, 8, 8, 4, attention=None)
     with torch.no_grad():
-        model.decoder.readout.output.bias.fill_(float("nan"))
-    task = TranslationTask(model, optimizer=partial(torch.optim.Adam), search=GreedySearch())
+        model.decoder.maxout.output.bias.fill_(float("nan"))
+    task = TranslationTask(model, optimizer=partial(torch.optim.Adam), evaluator=None)
     batch = collate([EncodedPairs([[5, 6]], [[7, 8]])[0]])
     with pytest.raises(FloatingPointError, match="training loss is nan at step 0"):
         task.training_step(batch, 0)

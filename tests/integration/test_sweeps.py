@@ -19,7 +19,7 @@ TINY = [
     "trainer.val_check_interval=2",
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
-    "task.heatmaps=0",
+    "callbacks.result_files.heatmaps=0",
     "data.corpus.test_per_bucket=1",
     "data.corpus.valid_per_bucket=1",
 ]
@@ -74,7 +74,7 @@ def test_every_experiment_config_composes_and_builds(name):
     cfg = compose_config("train", [f"experiment={name}", "run_dir=unused"])
     model = instantiate(cfg.model, src_vocab_size=50, tgt_vocab_size=50)
     task = instantiate(cfg.task, _partial_=True)(
-        model=model, optimizer=instantiate(cfg.optim), search=instantiate(cfg.decoding)
+        model=model, optimizer=instantiate(cfg.optim), evaluator=None
     )
     task.configure_optimizers()
     instantiate(cfg.data, seed=cfg.seed)  # corpora load their data only when set up

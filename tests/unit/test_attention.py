@@ -11,7 +11,7 @@ def test_additive_attention_weights_and_context():
     keys = attention.precompute(values)
     query = torch.randn(3, 6)
     context, weights, state = attention(query, keys, values, mask)
-    assert context.shape == (3, 8) and weights.shape == (3, 7) and state is None
+    assert context.shape == (3, 8) and weights.shape == (3, 7) and state == {}
     torch.testing.assert_close(weights.sum(-1), torch.ones(3))
     assert torch.all(weights[~mask] == 0)
     torch.testing.assert_close(weights[2, 0], torch.tensor(1.0))

@@ -150,9 +150,9 @@ def random_model(seed=0, eos_bias=0.0, unk_bias=0.0):
     torch.manual_seed(seed)
     model = RNNSearch(20, 15, 16, 16, 24, 16).eval()
     with torch.no_grad():
-        model.decoder.readout.output.weight.mul_(8)
-        model.decoder.readout.output.bias[EOS_ID] += eos_bias
-        model.decoder.readout.output.bias[UNK_ID] += unk_bias
+        model.decoder.maxout.output.weight.mul_(8)
+        model.decoder.maxout.output.bias[EOS_ID] += eos_bias
+        model.decoder.maxout.output.bias[UNK_ID] += unk_bias
     return model
 
 

@@ -106,8 +106,8 @@ def test_paper_initialisation():
     attention = model.decoder.attention
     assert attention.key_proj.weight.std() < 0.002
     assert torch.all(attention.energy.weight == 0)
-    assert torch.all(model.decoder.readout.proj.bias == 0)
-    assert 0.005 < model.decoder.readout.proj.weight.std() < 0.015
+    assert torch.all(model.decoder.maxout.proj.bias == 0)
+    assert 0.005 < model.decoder.maxout.proj.weight.std() < 0.015
     with pytest.raises(ValueError, match=r"model\.init"):
         initialise(model, "xavier")
 

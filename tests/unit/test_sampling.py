@@ -1,3 +1,5 @@
+"""Scheduled sampling: the schedules' formulas, and what the decoder is fed."""
+
 import math
 
 import pytest
@@ -9,9 +11,10 @@ from alignmt.sampling import (
     ExponentialDecay,
     InverseSigmoidDecay,
     LinearDecay,
+    MixedFeed,
     TeacherForcing,
-    scheduled_forward,
 )
+from alignmt.special_tokens import BOS_ID, PAD_ID
 
 
 def test_schedules_follow_their_formulas():
@@ -33,70 +36,77 @@ def test_unknown_mode_is_an_error():
         LinearDecay(mode="beam")
 
 
+def test_ratio_one_is_plain_teacher_forcing():
+    assert LinearDecay(k=1.0, c=1e-3).feed(0) is None  # eps_0 = 1: the fast path runs
+    assert isinstance(LinearDecay(k=1.0, c=1e-3).feed(1), MixedFeed)
+
+
+def peaked_logits(rows: int, best: int, vocab: int = 10) -> torch.Tensor:
+    logits = torch.zeros(rows, vocab)
+    logits[:, best] = 5.0
+    return logits
+
+
+def test_one_coin_per_token_not_per_sentence():
+    torch.manual_seed(0)
+    feed = MixedFeed(0.5)
+    reference = torch.full((64,), 7)  # the model always predicts 4: the choice is visible
+    chosen = torch.stack([feed(t, reference, peaked_logits(64, 4)) for t in range(11)], 1)
+    used_reference = chosen == 7
+    assert torch.all((chosen == 7) | (chosen == 4))
+    assert abs(used_reference.float().mean().item() - 0.5) < 0.1  # 704 coins: sd 0.019
+    # A coin per sentence would make every row constant; per token, 2 * 0.5^11 of them are.
+    constant_rows = (used_reference.all(1) | (~used_reference).all(1)).float().mean().item()
+    assert constant_rows < 0.05
+
+
+def test_the_models_own_token_is_never_pad_or_bos():
+    logits = torch.zeros(8, 10)
+    logits[:, PAD_ID], logits[:, BOS_ID], logits[:, 6] = 9.0, 8.0, 1.0
+    own = MixedFeed(0.0)(0, torch.full((8,), 5), logits)
+    assert torch.all(own == 6)
+    sampled = MixedFeed(0.0, mode="sample")(0, torch.full((8,), 5), logits)
+    assert not torch.any((sampled == PAD_ID) | (sampled == BOS_ID))
+
+
+def test_sample_mode_draws_from_the_softmax():
+    torch.manual_seed(0)
+    logits = torch.full((4000, 10), -math.inf)
+    logits[:, 5] = logits[:, 8] = 0.0  # two equally likely words; argmax would always say 5
+    drawn = MixedFeed(0.0, mode="sample")(0, torch.zeros(4000, dtype=torch.long), logits)
+    assert set(drawn.tolist()) == {5, 8}
+    assert abs((drawn == 8).float().mean().item() - 0.5) < 0.04  # sd 0.008
+
+
+class Recording:
+    """A feed that records what it chose."""
+
+    def __init__(self, feed):
+        self.feed, self.chosen = feed, []
+
+    def __call__(self, t, reference, logits):
+        self.chosen.append(self.feed(t, reference, logits))
+        return self.chosen[-1]
+
+
 def models():
     torch.manual_seed(0)
-    yield RNNSearch(30, 25, 8, 6, 10, 4, attention=None).eval()
-    yield Luong(30, 25, 8, 10, 1, attention=GeneralAttention, input_feeding=False).eval()
+    yield RNNSearch(30, 25, 8, 6, 10, 4).eval()
+    yield Luong(30, 25, 8, 10, 1, attention=GeneralAttention, input_feeding=True).eval()
 
 
-def batch():
+@pytest.mark.parametrize("model", list(models()), ids=["rnnsearch", "luong"])
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_the_decoder_conditions_on_what_it_was_fed(model, ratio):
+    """Scheduled sampling's logits are teacher forcing's on the sequence actually fed."""
+    torch.manual_seed(1)
     src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
-    tgt_in = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 0, 0]])
-    return src, torch.tensor([4, 2]), tgt_in
-
-
-@pytest.mark.parametrize("model", list(models()), ids=["rnnsearch", "luong"])
-def test_ratio_one_is_teacher_forcing(model):
-    src, lengths, tgt_in = batch()
-    expected = model(src, lengths, tgt_in).logits
-    got = scheduled_forward(model, src, lengths, tgt_in, ratio=1.0).logits
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-
-
-class Spy:
-    """Records the tokens a model is fed and the logits it returns."""
-
-    def __init__(self, model):
-        self.model, self.fed, self.logits = model, [], []
-
-    def start(self, *args):
-        return self.model.start(*args)
-
-    def step(self, prev, memory, state):
-        self.fed.append(prev.clone())
-        logits, state, alpha = self.model.step(prev, memory, state)
-        self.logits.append(logits)
-        return logits, state, alpha
-
-
-@pytest.mark.parametrize("model", list(models()), ids=["rnnsearch", "luong"])
-def test_ratio_zero_feeds_the_models_own_predictions(model):
-    src, lengths, tgt_in = batch()
-    spy = Spy(model)
-    scheduled_forward(spy, src, lengths, tgt_in, ratio=0.0)
-    assert torch.equal(spy.fed[0], tgt_in[:, 0])
-    for t in range(1, tgt_in.size(1)):
-        assert torch.equal(spy.fed[t], spy.logits[t - 1].argmax(-1))
-
-
-def test_sampled_mode_draws_from_the_softmax():
-    torch.manual_seed(0)
-    model = RNNSearch(30, 25, 8, 6, 10, 4).eval()
-    src, lengths, tgt_in = batch()
-    spy = Spy(model)
-    scheduled_forward(spy, src, lengths, tgt_in, ratio=0.0, mode="sample")
-    fed = torch.stack(spy.fed[1:])
-    argmax = torch.stack([logits.argmax(-1) for logits in spy.logits[:-1]])
-    assert not torch.equal(fed, argmax)  # an untrained model's softmax is nearly flat
-
-
-def test_mixed_ratio_feeds_references_and_predictions():
-    torch.manual_seed(3)
-    model = RNNSearch(30, 25, 8, 6, 10, 4).eval()
-    src = torch.randint(4, 30, (64, 6))
-    tgt_in = torch.randint(4, 25, (64, 12))
-    spy = Spy(model)
-    scheduled_forward(spy, src, torch.full((64,), 6), tgt_in, ratio=0.5)
-    fed = torch.stack(spy.fed[1:], 1)
-    share = (fed == tgt_in[:, 1:]).float().mean().item()
-    assert 0.4 < share < 0.7  # half references, plus predictions that happen to match
+    lengths = torch.tensor([4, 2])
+    tgt_in = torch.tensor([[2, 5, 6, 7, 8], [2, 9, 10, 11, 12]])
+    feed = Recording(MixedFeed(ratio))
+    sampled = model(src, lengths, tgt_in, feed)
+    fed = torch.cat([tgt_in[:, :1], torch.stack(feed.chosen, 1)], 1)
+    forced = model(src, lengths, fed)
+    torch.testing.assert_close(sampled.logits, forced.logits, atol=1e-5, rtol=1e-5)
+    if ratio == 0.0:  # every input after [BOS] is the argmax of the previous step
+        torch.testing.assert_close(fed[:, 1:], sampled.logits[:, :-1].argmax(-1))

@@ -30,6 +30,29 @@ class Batch:
     def num_target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch on `device` (lengths and indices stay on the CPU, as packing wants)."""
+        return Batch(
+            self.src.to(device),
+            self.src_lengths,
+            self.tgt_in.to(device),
+            self.tgt_out.to(device),
+            self.indices,
+        )
+
+    def select(self, rows: list[int]) -> Batch:
+        """The batch of these rows only, its source padding cut to the longest of them."""
+        index = torch.tensor(rows, dtype=torch.long)
+        lengths = self.src_lengths[index]
+        on = index.to(self.src.device)
+        return Batch(
+            self.src[on, : int(lengths.max())],
+            lengths,
+            self.tgt_in[on],
+            self.tgt_out[on],
+            self.indices[index],
+        )
+
 
 class RaggedIds:
     """Id sequences stored flat, as Arrow stores list columns: values plus offsets per chunk.

@@ -34,6 +34,9 @@ class BeamSearch:
     generated, nor [UNK] with `forbid_unk` (the paper's "No UNK" evaluation).
     """
 
+    # Forbidding [UNK] can change outputs that hold none (other beams survive).
+    unk_free_outputs_are_final = False
+
     def __init__(
         self,
         beam_size: int = 5,
@@ -73,12 +76,17 @@ class BeamSearch:
 
     @torch.inference_mode()
     def __call__(
-        self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor
+        self,
+        model: Seq2Seq,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        *,
+        forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
         (B, S), K, device = src.shape, self.beam_size, src.device
         if self.coverage_penalty and not model.has_attention:
             raise ValueError("coverage_penalty needs a model with attention")
-        banned = banned_tokens(self.forbid_unk)
+        banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
         memory, state = model.start(src, src_lengths)
         rows = torch.arange(B, device=device).repeat_interleave(K)
         memory, state = memory.index_select(rows), reorder_state(state, rows)

@@ -17,6 +17,9 @@ class GreedySearch:
     active batch so the remaining steps run on fewer rows. [PAD] and [BOS] are never generated,
     nor [UNK] with `forbid_unk` (the paper's "No UNK" evaluation)."""
 
+    # An output without [UNK] is also what the search gives with [UNK] forbidden.
+    unk_free_outputs_are_final = True
+
     def __init__(
         self, max_length_ratio: float = 2.0, max_length_offset: int = 10, forbid_unk: bool = False
     ):
@@ -26,11 +29,16 @@ class GreedySearch:
 
     @torch.inference_mode()
     def __call__(
-        self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor
+        self,
+        model: Seq2Seq,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        *,
+        forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
         B, S = src.shape
         device = src.device
-        banned = banned_tokens(self.forbid_unk)
+        banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
         memory, state = model.start(src, src_lengths)
         limits = max_output_lengths(src_lengths, self.max_length_ratio, self.max_length_offset)
         limits = limits.to(device)

@@ -1,9 +1,9 @@
 """Coverage models (Tu et al. 2016): what has been translated so far steers attention.
 
 A coverage vector C_j per source word is carried through the decoder steps and enters the
-attention energies: inside the tanh for additive scores (e_ij = v^T tanh(W s + U h_j +
-V C_{i-1,j})), as an added linear term for the others. It is attention state, so greedy and
-beam search carry and reorder it like any other state.
+attention energies (`Attention.add_coverage`): inside the tanh for additive scores
+(e_ij = v^T tanh(W s + U h_j + V C_{i-1,j})), as an added linear term for the others. It is
+attention state, so greedy and beam search carry and reorder it like any other state.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
+from alignmt.models.functional import gru_update
 
 
 class Coverage(nn.Module):
@@ -77,74 +78,20 @@ class NeuralCoverage(Coverage):
         }
 
     def update(self, state, weights, query):
-        coverage = state["coverage"]
         gates_x = (
             state["annotation_gates"]
             + self.from_weight(weights.unsqueeze(-1))
             + self.from_query(query).unsqueeze(1)
         )
-        gates_h = self.recurrent(coverage)
-        r, z = torch.sigmoid(gates_x[..., : 2 * self.size] + gates_h[..., : 2 * self.size]).chunk(
-            2, dim=-1
-        )
-        n = torch.tanh(gates_x[..., 2 * self.size :] + r * gates_h[..., 2 * self.size :])
-        return {**state, "coverage": n + z * (coverage - n)}
-
-
-class CoverageAttention(Attention):
-    """Any attention variant with a coverage model feeding its energies. Coverage is sequential,
-    so a query for several steps at once is handled one step at a time."""
-
-    def __init__(self, attention: Attention, coverage: Coverage):
-        super().__init__(attention.query_size, attention.key_size)
-        self.attention = attention
-        self.coverage = coverage
-        self.normalized = attention.normalized
-        inside = getattr(attention, "key_bias_size", None)  # additive: inside the tanh
-        self.to_keys = nn.Linear(coverage.size, inside, bias=False) if inside else None
-        self.to_energy = None if inside else nn.Linear(coverage.size, 1, bias=False)
-
-    def precompute(self, values):
-        return self.attention.precompute(values)
-
-    def init_state(self, values, mask):
-        state = {"coverage_model": self.coverage.init(values, mask)}
-        inner = self.attention.init_state(values, mask)
-        if inner is not None:
-            state["inner"] = inner
-        return state
-
-    def forward(self, query, keys, values, mask, state=None):
-        if query.dim() == 3:
-            contexts, weights = [], []
-            for t in range(query.size(1)):
-                context, alpha, state = self.forward(query[:, t], keys, values, mask, state)
-                contexts.append(context)
-                weights.append(alpha)
-            return torch.stack(contexts, 1), torch.stack(weights, 1), state
-        covered = state["coverage_model"]
-        coverage = covered["coverage"]
-        bias = None
-        if self.to_keys is not None:
-            keys = keys + self.to_keys(coverage)
-        else:
-            bias = self.to_energy(coverage).squeeze(-1)
-        context, alpha, inner = self.attention(
-            query, keys, values, mask, state.get("inner"), energy_bias=bias
-        )
-        new_state = {"coverage_model": self.coverage.update(covered, alpha, query)}
-        if inner is not None:
-            new_state["inner"] = inner
-        return context, alpha, new_state
+        coverage = gru_update(state["coverage"], gates_x, self.recurrent(state["coverage"]))
+        return {**state, "coverage": coverage}
 
 
 def with_coverage(attention: Attention, coverage: Callable[..., Coverage] | None) -> Attention:
-    """Wraps `attention` with the configured coverage model (`model/coverage`), if any."""
-    if coverage is None:
-        return attention
-    return CoverageAttention(
-        attention, coverage(key_size=attention.key_size, query_size=attention.query_size)
-    )
+    """`attention` with the configured coverage model (`model/coverage`), if any."""
+    if coverage is not None:
+        attention.add_coverage(coverage)
+    return attention
 
 
 def coverage_loss(weights: torch.Tensor | None, target_mask: torch.Tensor) -> torch.Tensor:

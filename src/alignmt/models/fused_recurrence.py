@@ -45,7 +45,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             states[:, t] = s
             proj = torch.addmm(b_sh, s, w_sh_t)  # [B, A + 3H]: q and W_h s + b_h
             h = torch.add(keys, proj[:, :A].unsqueeze(1), out=hidden[t])
-            h.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh, 3x faster on CPUs (models.functional)
+            h.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh (see functional.tanh_)
             energy = torch.matmul(h, v).masked_fill_(blocked, float("-inf"))
             alpha = torch.softmax(energy, dim=-1)
             alphas[:, t] = alpha
@@ -96,7 +96,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             d_c_all[:, t] = d_c
             # c = alpha V,  alpha = softmax(v . tanh(K + q))
             alpha = alphas[:, t]
-            d_alpha = (values * d_c.unsqueeze(1)).sum(-1)  # bmm is 6x slower for this shape
+            d_alpha = (values * d_c.unsqueeze(1)).sum(-1)  # faster than bmm for this shape
             if d_alphas is not None:  # a loss on the attention itself (coverage loss)
                 d_alpha = d_alpha + d_alphas[:, t]
             d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))

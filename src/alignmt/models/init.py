@@ -5,8 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from alignmt.models.attention import AdditiveAttention
-
 SCHEMES = ("default", "paper", "uniform")
 
 
@@ -26,11 +24,15 @@ def initialise(model: nn.Module, scheme: str) -> None:
 @torch.no_grad()
 def paper_init(model: nn.Module) -> None:
     """Appendix B.1 of Bahdanau et al. 2014: recurrent matrices random orthogonal; W_a and U_a
-    from N(0, 0.001^2); v_a and all biases zero; every other weight from N(0, 0.01^2)."""
+    from N(0, 0.001^2); v_a and all biases zero; every other weight from N(0, 0.01^2).
+
+    The generic rules apply to torch's layers; the modules whose parameters play the special
+    roles (attention, hand-written recurrences) apply theirs in their `paper_init_` hook.
+    """
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, 0.01)
-            if getattr(module, "bias", None) is not None:
+            if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 module.weight[module.padding_idx].zero_()
@@ -42,16 +44,10 @@ def paper_init(model: nn.Module) -> None:
                     nn.init.normal_(param, 0.0, 0.01)
                 else:
                     nn.init.zeros_(param)
-    for module in model.modules():
-        if isinstance(module, AdditiveAttention):
-            nn.init.normal_(module.key_proj.weight, 0.0, 0.001)
-            nn.init.normal_(module.query_proj.weight, 0.0, 0.001)
-            nn.init.zeros_(module.energy.weight)
-        recurrent = getattr(module, "recurrent_proj", None)
-        if isinstance(recurrent, nn.Linear):
-            orthogonal_blocks_(recurrent.weight)
+    model.paper_init_()
 
 
+@torch.no_grad()
 def orthogonal_blocks_(weight: torch.Tensor) -> None:
     """Each square gate block of a stacked [k*H, H] recurrent matrix: its own orthogonal init."""
     hidden = weight.size(1)

@@ -11,7 +11,7 @@ from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
 from alignmt.models.init import initialise
-from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.special_tokens import PAD_ID
 
 
@@ -22,8 +22,8 @@ class LuongDecoder(Decoder):
         c_t = attend(h_t),   h~_t = tanh(W_c [c_t; h_t]),   p(y_t) = softmax(W_s h~_t)
 
     Without attention (Luong's "base" rows) p(y_t) = softmax(W_s h_t). Without input feeding,
-    teacher forcing runs the RNN over the whole target in one call and the attention for all
-    steps as one batched product; with it, every step waits for the previous h~.
+    teacher forcing runs the RNN over the whole target in one call, and the attention for all
+    steps as one batched product (or step by step where it is sequential, as with coverage).
 
     The initial state is the encoder's final state, layer by layer, when both sides have the
     same cell, size and depth (Luong's setting); otherwise a learned bridge tanh(W [h->; h<-])
@@ -51,6 +51,7 @@ class LuongDecoder(Decoder):
         self.num_layers = num_layers
         self.is_lstm = rnn_type == "lstm"
         self.input_feeding = input_feeding
+        self.has_attention = attention is not None
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=PAD_ID)
         self.rnn = RNN_TYPES[rnn_type](
             embedding_dim + (hidden_size if input_feeding else 0),
@@ -91,70 +92,53 @@ class LuongDecoder(Decoder):
         keys = None
         if self.attention is not None:
             keys = self.attention.precompute(encoded.states)
-            attention_state = self.attention.init_state(encoded.states, encoded.mask)
-            if attention_state is not None:
-                state["attention"] = attention_state
+            state["attention"] = self.attention.init_state(encoded.states, encoded.mask)
         return Memory(encoded.states, keys, encoded.mask), state
 
-    def _rnn_state(self, state: DecoderState):
+    def _rnn(self, inputs: torch.Tensor, state: DecoderState):
+        """The stacked RNN over inputs [B, T, I] -> (top states [B, T, H], next state)."""
         hidden = state["hidden"].transpose(0, 1).contiguous()
         if self.is_lstm:
-            return hidden, state["cell"].transpose(0, 1).contiguous()
-        return hidden
-
-    def _next_state(self, final) -> DecoderState:
+            hidden = (hidden, state["cell"].transpose(0, 1).contiguous())
+        tops, final = self.rnn(inputs, hidden)
         if self.is_lstm:
-            return {"hidden": final[0].transpose(0, 1), "cell": final[1].transpose(0, 1)}
-        return {"hidden": final.transpose(0, 1)}
+            return tops, {"hidden": final[0].transpose(0, 1), "cell": final[1].transpose(0, 1)}
+        return tops, {"hidden": final.transpose(0, 1)}
 
-    def _attend(self, top, memory: Memory, attention_state):
-        """top [B, (T,) H] -> attentional states h~, weights and the attention state."""
+    def _attend(self, top, memory: Memory, state: DecoderState):
+        """top [B, (T,) H] -> dropped-out attentional states h~, weights, attention state."""
         if self.attention is None:
-            return top, None, attention_state
+            return self.dropout(top), None, None
         context, weights, attention_state = self.attention(
-            top, memory.keys, memory.values, memory.mask, attention_state
+            top, memory.keys, memory.values, memory.mask, state["attention"]
         )
         attentional = torch.tanh(self.combine(torch.cat([context, top], dim=-1)))
-        return attentional, weights, attention_state
+        return self.dropout(attentional), weights, attention_state
 
-    def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
-        if self.input_feeding:
-            return self._forward_by_steps(tgt_in, memory, state)
-        embedded = self.dropout(self.embedding(tgt_in))
-        tops, _ = self.rnn(embedded, self._rnn_state(state))
-        attentional, weights, _ = self._attend(tops, memory, state.get("attention"))
-        return DecoderOutput(self.output(self.dropout(attentional)), weights)
-
-    def _forward_by_steps(self, tgt_in, memory, state) -> DecoderOutput:
-        """Input feeding: the recurrence step by step, the output layer once for all steps."""
-        embedded = self.dropout(self.embedding(tgt_in))
-        outputs, weights = [], []
-        for t in range(tgt_in.size(1)):
-            attentional, state, alpha = self._recur(embedded[:, t], memory, state)
-            outputs.append(attentional)
-            weights.append(alpha)
-        attention = torch.stack(weights, 1) if self.attention is not None else None
-        return DecoderOutput(self.output(torch.stack(outputs, 1)), attention)
-
-    def _recur(self, embedded, memory, state):
-        """One step up to the (dropped-out) attentional state h~_t, which is also the next feed."""
+    def step(self, prev_tokens, memory, state):
+        embedded = self.dropout(self.embedding(prev_tokens))
         x = torch.cat([embedded, state["feed"]], dim=-1) if self.input_feeding else embedded
-        top, final = self.rnn(x.unsqueeze(1), self._rnn_state(state))
-        attentional, alpha, attention_state = self._attend(
-            top.squeeze(1), memory, state.get("attention")
-        )
-        attentional = self.dropout(attentional)
-        new_state = self._next_state(final)
+        top, new_state = self._rnn(x.unsqueeze(1), state)
+        attentional, alpha, attention_state = self._attend(top.squeeze(1), memory, state)
         if self.input_feeding:
             new_state["feed"] = attentional
         if attention_state is not None:
             new_state["attention"] = attention_state
         return attentional, new_state, alpha
 
-    def step(self, prev_tokens, memory, state):
-        embedded = self.dropout(self.embedding(prev_tokens))
-        attentional, state, alpha = self._recur(embedded, memory, state)
-        return self.output(attentional), state, alpha
+    def readout(self, features):
+        return self.output(features)
+
+    def teacher_forced(self, tgt_in, memory, state):
+        if self.input_feeding:  # each step's input waits for the previous h~
+            return None
+        tops, _ = self._rnn(self.dropout(self.embedding(tgt_in)), state)
+        attentional, weights, _ = self._attend(tops, memory, state)
+        return attentional, weights
+
+    def paper_init_(self) -> None:
+        if self.attention is not None:
+            self.attention.paper_init_()
 
 
 class Luong(Seq2Seq):
@@ -192,6 +176,10 @@ class Luong(Seq2Seq):
             dropout=dropout,
             reverse_source=reverse_source,
         )
+        if attention is not None:
+            attention = with_coverage(
+                attention(query_size=hidden_size, key_size=encoder.output_size), coverage
+            )
         decoder = LuongDecoder(
             tgt_vocab_size,
             embedding_dim,
@@ -199,9 +187,7 @@ class Luong(Seq2Seq):
             num_layers,
             rnn_type,
             encoder,
-            with_coverage(attention(query_size=hidden_size, key_size=encoder.output_size), coverage)
-            if attention
-            else None,
+            attention,
             input_feeding=input_feeding,
             dropout=dropout,
         )

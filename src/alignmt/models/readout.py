@@ -24,7 +24,8 @@ class MaxoutReadout(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(maxout_size, vocab_size)  # W_o
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        pre = self.proj(torch.cat(inputs, dim=-1))
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """inputs: [s; E y; c] concatenated on the last dim."""
+        pre = self.proj(inputs)
         t = pre.unflatten(-1, (-1, self.pool_size)).amax(dim=-1)
         return self.output(self.dropout(t))

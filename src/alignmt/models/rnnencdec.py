@@ -1,4 +1,4 @@
-"""RNNencdec (Cho et al. 2014): encoder-decoder without attention, the paper's baseline."""
+"""RNNencdec: the RNN encoder-decoder of Cho et al. 2014, Bahdanau et al.'s baseline."""
 
 from __future__ import annotations
 
@@ -6,20 +6,26 @@ import torch
 from torch import nn
 
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
-from alignmt.models.init import initialise
+from alignmt.models.functional import gru_update
+from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
-from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.special_tokens import PAD_ID
 
 
 class RNNEncDecDecoder(Decoder):
-    """Every step sees the same fixed-length summary c = tanh(V h_T) of the source:
+    """Cho et al. 2014, appendix A.1: every step sees the same summary c of the source,
 
-        s_0 = tanh(V' c),   s_t = GRU(s_{t-1}, [E y_{t-1}; c]),
-        p(y_t) = softmax(W_o maxout(O_h s_t + O_y E y_{t-1} + O_c c))
+        c    = tanh(V h_N)                          h_N: the encoder's last hidden state
+        h'_0 = tanh(V' c)
+        z, r = sigmoid(W_{z,r} e(y_{t-1}) + U_{z,r} h'_{t-1} + C_{z,r} c)
+        h~   = tanh(W e(y_{t-1}) + r * (U h'_{t-1} + C c))
+        h'_t = z h'_{t-1} + (1 - z) h~
+        p(y_t) = softmax(G maxout(O_h h'_t + O_y e(y_{t-1}) + O_c c))
 
-    (Cho et al. 2014, eqs. in their appendix A). h_T is the encoder's final state of each
-    direction. With c constant, teacher forcing runs the GRU over the whole target in one call.
+    c enters the candidate state inside the reset gate, the initial state and the output layer.
+    C c is the same at every step, so it is computed once per sentence (held as the memory's
+    keys); the recurrence itself runs step by step.
     """
 
     def __init__(
@@ -35,37 +41,37 @@ class RNNEncDecDecoder(Decoder):
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=PAD_ID)
         self.summary_proj = nn.Linear(context_size, context_size)  # V
         self.init_proj = nn.Linear(context_size, hidden_size)  # V'
-        self.rnn = nn.GRU(embedding_dim + context_size, hidden_size, batch_first=True)
-        self.readout = MaxoutReadout(
+        self.embedding_proj = nn.Linear(embedding_dim, 3 * hidden_size)  # W, W_z, W_r (+ biases)
+        self.recurrent_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=False)  # U, U_z, U_r
+        self.context_proj = nn.Linear(context_size, 3 * hidden_size, bias=False)  # C, C_z, C_r
+        self.maxout = MaxoutReadout(
             hidden_size + embedding_dim + context_size, maxout_size, vocab_size, dropout=dropout
         )
 
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
-        summary = torch.tanh(self.summary_proj(encoded.final))
-        memory = Memory(summary.unsqueeze(1), None, encoded.mask[:, :1])
-        return memory, {"hidden": torch.tanh(self.init_proj(summary))}
-
-    def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
-        embedded = self.embedding(tgt_in)
-        summary = memory.values.expand(-1, tgt_in.size(1), -1)
-        hiddens, _ = self.rnn(
-            torch.cat([embedded, summary], dim=-1), state["hidden"].unsqueeze(0).contiguous()
+        summary = torch.tanh(self.summary_proj(encoded.final))  # c
+        memory = Memory(
+            summary.unsqueeze(1), self.context_proj(summary).unsqueeze(1), encoded.mask[:, :1]
         )
-        return DecoderOutput(self.readout(hiddens, embedded, summary), None)
+        return memory, {"hidden": torch.tanh(self.init_proj(summary))}
 
     def step(self, prev_tokens, memory, state):
         embedded = self.embedding(prev_tokens)
-        summary = memory.values[:, 0]
-        _, hidden = self.rnn(
-            torch.cat([embedded, summary], dim=-1).unsqueeze(1),
-            state["hidden"].unsqueeze(0).contiguous(),
-        )
-        hidden = hidden.squeeze(0)
-        return self.readout(hidden, embedded, summary), {"hidden": hidden}, None
+        gates_h = self.recurrent_proj(state["hidden"]) + memory.keys[:, 0]
+        hidden = gru_update(state["hidden"], self.embedding_proj(embedded), gates_h)
+        features = torch.cat([hidden, embedded, memory.values[:, 0]], dim=-1)
+        return features, {"hidden": hidden}, None
+
+    def readout(self, features):
+        return self.maxout(features)
+
+    def paper_init_(self) -> None:
+        orthogonal_blocks_(self.recurrent_proj.weight)
 
 
 class RNNEncDec(Seq2Seq):
-    """Bidirectional GRU encoder (the same as RNNsearch's) + the attention-free decoder."""
+    """A unidirectional GRU encoder and the decoder above, as in Cho et al. 2014 and
+    Bahdanau et al.'s RNNencdec baseline (1000 units each, embeddings 620, maxout 500)."""
 
     def __init__(
         self,
@@ -78,7 +84,9 @@ class RNNEncDec(Seq2Seq):
         dropout: float = 0.0,
         init: str = "default",
     ):
-        encoder = RNNEncoder(src_vocab_size, embedding_dim, encoder_hidden_size, bidirectional=True)
+        encoder = RNNEncoder(
+            src_vocab_size, embedding_dim, encoder_hidden_size, bidirectional=False
+        )
         decoder = RNNEncDecDecoder(
             tgt_vocab_size,
             embedding_dim,

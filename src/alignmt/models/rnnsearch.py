@@ -10,10 +10,11 @@ from torch import nn
 from alignmt.models.attention import AdditiveAttention, Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
+from alignmt.models.functional import gru_update
 from alignmt.models.fused_recurrence import AdditiveGRURecurrence
-from alignmt.models.init import initialise
+from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
-from alignmt.models.seq2seq import Decoder, DecoderOutput, DecoderState, Memory, Seq2Seq
+from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.special_tokens import PAD_ID
 
 
@@ -28,12 +29,15 @@ class RNNSearchDecoder(Decoder):
 
     Joey NMT, OpenNMT-py and fairseq call their decoders "Bahdanau" but use Luong's ordering
     (run the RNN first, then attend with the new state); this one keeps the paper's ordering.
-
-    Under teacher forcing only the attention and the GRU recurrence run step by step: the input
-    projections of all E y_{i-1} and the whole deep output are single matmuls over all steps.
     The GRU cell uses the cuDNN placement of the reset gate (after the recurrent matrix), like
     every PyTorch GRU, including this model's encoder.
+
+    Teacher forcing on CPUs runs the recurrence as one hand-written autograd function when the
+    attention declares plain additive energies (`fused_energy_weights`); the output layer then
+    runs once over all steps.
     """
+
+    has_attention = True
 
     def __init__(
         self,
@@ -54,79 +58,55 @@ class RNNSearchDecoder(Decoder):
         self.embedding_proj = nn.Linear(embedding_dim, 3 * hidden_size)
         self.context_proj = nn.Linear(context_size, 3 * hidden_size, bias=False)
         self.recurrent_proj = nn.Linear(hidden_size, 3 * hidden_size)  # U (orthogonal in the paper)
-        self.readout = MaxoutReadout(
+        self.maxout = MaxoutReadout(
             hidden_size + embedding_dim + context_size, maxout_size, vocab_size, dropout=dropout
         )
-        # Teacher forcing through the hand-written recurrence when attention is plain additive,
-        # on CPUs, where per-step overheads dominate (GPUs keep autograd and mixed precision).
-        self.fused = type(attention) is AdditiveAttention
 
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         backward_first = encoded.final[:, encoded.final.size(1) // 2 :]
-        hidden = torch.tanh(self.init_proj(backward_first))
+        state = {
+            "hidden": torch.tanh(self.init_proj(backward_first)),
+            "attention": self.attention.init_state(encoded.states, encoded.mask),
+        }
         keys = self.attention.precompute(encoded.states)
-        state = {"hidden": hidden}
-        attention_state = self.attention.init_state(encoded.states, encoded.mask)
-        if attention_state is not None:
-            state["attention"] = attention_state
         return Memory(encoded.states, keys, encoded.mask), state
-
-    def _gru(self, hidden, embedded_gates, context):
-        gates_x = embedded_gates + self.context_proj(context)
-        gates_h = self.recurrent_proj(hidden)
-        H = self.hidden_size
-        r, z = torch.sigmoid(gates_x[:, : 2 * H] + gates_h[:, : 2 * H]).chunk(2, dim=1)
-        n = torch.tanh(gates_x[:, 2 * H :] + r * gates_h[:, 2 * H :])
-        return n + z * (hidden - n)
-
-    def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
-        embedded = self.embedding(tgt_in)  # [B, T, E]
-        embedded_gates = self.embedding_proj(embedded)  # the E y part of the GRU input, all steps
-        if self.fused and "attention" not in state and not embedded_gates.is_cuda:
-            hiddens, contexts, weights = self._fused_recurrence(embedded_gates, memory, state)
-        else:
-            hiddens, contexts, weights = self._recurrence(embedded_gates, memory, state)
-        logits = self.readout(hiddens, embedded, contexts)
-        return DecoderOutput(logits, weights)
-
-    def _recurrence(self, embedded_gates, memory: Memory, state: DecoderState):
-        hidden, attn_state = state["hidden"], state.get("attention")
-        hiddens, contexts, weights = [], [], []
-        for t in range(embedded_gates.size(1)):
-            context, alpha, attn_state = self.attention(
-                hidden, memory.keys, memory.values, memory.mask, attn_state
-            )
-            hiddens.append(hidden)
-            contexts.append(context)
-            weights.append(alpha)
-            hidden = self._gru(hidden, embedded_gates[:, t], context)
-        return torch.stack(hiddens, 1), torch.stack(contexts, 1), torch.stack(weights, 1)
-
-    def _fused_recurrence(self, embedded_gates, memory: Memory, state: DecoderState):
-        attention = self.attention
-        return AdditiveGRURecurrence.apply(
-            embedded_gates,
-            state["hidden"],
-            memory.keys,
-            memory.values,
-            memory.mask,
-            torch.cat([attention.query_proj.weight, self.recurrent_proj.weight]),
-            torch.cat([attention.query_proj.bias, self.recurrent_proj.bias]),
-            attention.energy.weight.view(-1),
-            self.context_proj.weight,
-        )
 
     def step(self, prev_tokens, memory, state):
         embedded = self.embedding(prev_tokens)
         hidden = state["hidden"]
         context, alpha, attention_state = self.attention(
-            hidden, memory.keys, memory.values, memory.mask, state.get("attention")
+            hidden, memory.keys, memory.values, memory.mask, state["attention"]
         )
-        logits = self.readout(hidden, embedded, context)
-        new_state = {"hidden": self._gru(hidden, self.embedding_proj(embedded), context)}
-        if attention_state is not None:
-            new_state["attention"] = attention_state
-        return logits, new_state, alpha
+        gates_x = self.embedding_proj(embedded) + self.context_proj(context)
+        new_hidden = gru_update(hidden, gates_x, self.recurrent_proj(hidden))
+        features = torch.cat([hidden, embedded, context], dim=-1)
+        return features, {"hidden": new_hidden, "attention": attention_state}, alpha
+
+    def readout(self, features):
+        return self.maxout(features)
+
+    def teacher_forced(self, tgt_in, memory, state):
+        energy = self.attention.fused_energy_weights()
+        if energy is None or state["attention"] or tgt_in.is_cuda:
+            return None
+        w_q, b_q, v = energy
+        embedded = self.embedding(tgt_in)  # [B, T, E]
+        hiddens, contexts, weights = AdditiveGRURecurrence.apply(
+            self.embedding_proj(embedded),
+            state["hidden"],
+            memory.keys,
+            memory.values,
+            memory.mask,
+            torch.cat([w_q, self.recurrent_proj.weight]),
+            torch.cat([b_q, self.recurrent_proj.bias]),
+            v,
+            self.context_proj.weight,
+        )
+        return torch.cat([hiddens, embedded, contexts], dim=-1), weights
+
+    def paper_init_(self) -> None:
+        orthogonal_blocks_(self.recurrent_proj.weight)
+        self.attention.paper_init_()
 
 
 class RNNSearch(Seq2Seq):
@@ -147,16 +127,16 @@ class RNNSearch(Seq2Seq):
         init: str = "default",
     ):
         encoder = RNNEncoder(src_vocab_size, embedding_dim, encoder_hidden_size, bidirectional=True)
-        attention = attention or AdditiveAttention
+        attention = (attention or AdditiveAttention)(
+            query_size=decoder_hidden_size, key_size=encoder.output_size
+        )
         decoder = RNNSearchDecoder(
             tgt_vocab_size,
             embedding_dim,
             decoder_hidden_size,
             encoder.output_size,
             maxout_size,
-            with_coverage(
-                attention(query_size=decoder_hidden_size, key_size=encoder.output_size), coverage
-            ),
+            with_coverage(attention, coverage),
             dropout=dropout,
         )
         super().__init__(encoder, decoder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -13,12 +14,16 @@ from alignmt.models.encoder import EncoderOutput, RNNEncoder
 # and dropping finished sentences reorder them by index.
 DecoderState = dict[str, "torch.Tensor | DecoderState"]
 
+# feed(t, reference, logits) -> the input of step t + 1, given the reference token [B] and the
+# logits [B, V] of step t: how scheduled sampling mixes in the model's own predictions.
+Feed = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+
 
 class Memory(NamedTuple):
     """What the decoder reads from the source at every step, computed once per batch."""
 
     values: torch.Tensor  # [B, S, D] annotations (or [B, 1, D] for a fixed-length summary)
-    keys: torch.Tensor | None  # [B, S, A] precomputed attention keys
+    keys: torch.Tensor | None  # [B, S, A] precomputed attention keys (or the summary's terms)
     mask: torch.Tensor  # [B, S] True on real source positions
 
     def index_select(self, index: torch.Tensor) -> Memory:
@@ -39,25 +44,71 @@ def reorder_state(state: DecoderState, index: torch.Tensor) -> DecoderState:
 
 
 class Decoder(nn.Module):
-    """A target-side language model conditioned on the source.
+    """A target-side language model conditioned on the source, defined by one `step`.
 
-    `start` turns the encoder output into the per-batch memory and the initial state; `forward`
-    scores a whole target prefix under teacher forcing (as fast as the architecture allows);
-    `step` advances one token and is what greedy search, beam search and scheduled sampling call.
-    Both paths compute the same function.
+    `start` turns the encoder output into the per-batch memory and the initial state; `step`
+    advances one token and returns the features the position-wise `readout` turns into logits.
+    Teacher forcing, scheduled sampling, greedy and beam search all run `step`. A decoder may
+    declare a faster teacher-forcing path (`teacher_forced`) that computes the same function;
+    the tests prove each one equal to the step path.
     """
 
-    def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
-        raise NotImplementedError
+    has_attention = False
 
-    def forward(self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState) -> DecoderOutput:
+    def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         raise NotImplementedError
 
     def step(
         self, prev_tokens: torch.Tensor, memory: Memory, state: DecoderState
     ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
-        """prev_tokens [B] -> (logits [B, V], next state, attention weights [B, S] or None)."""
+        """prev_tokens [B] -> (readout features [B, F], next state, attention [B, S] or None)."""
         raise NotImplementedError
+
+    def readout(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] from step features [..., F], for one step or all at once."""
+        raise NotImplementedError
+
+    def teacher_forced(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The features [B, T, F] and attention of every step at once, where the architecture
+        allows a faster way than stepping; None where it does not (the default)."""
+        return None
+
+    def paper_init_(self) -> None:
+        """Departures from the generic initialisation of Bahdanau et al.'s appendix B.1."""
+
+    def forward(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
+    ) -> DecoderOutput:
+        """Scores a whole target prefix: teacher forcing, or scheduled sampling with `feed`."""
+        if feed is None:
+            fast = self.teacher_forced(tgt_in, memory, state)
+            if fast is not None:
+                features, attention = fast
+                return DecoderOutput(self.readout(features), attention)
+        return self.unroll(tgt_in, memory, state, feed)
+
+    def unroll(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
+    ) -> DecoderOutput:
+        """The step path. Without `feed` the readout runs once over all steps; with it, every
+        step's logits are needed to choose the next input."""
+        prev, outputs, weights = tgt_in[:, 0], [], []
+        for t in range(tgt_in.size(1)):
+            features, state, alpha = self.step(prev, memory, state)
+            weights.append(alpha)
+            if feed is None:
+                outputs.append(features)
+                if t + 1 < tgt_in.size(1):
+                    prev = tgt_in[:, t + 1]
+            else:
+                outputs.append(self.readout(features))
+                if t + 1 < tgt_in.size(1):
+                    prev = feed(t, tgt_in[:, t + 1], outputs[-1])
+        stacked = torch.stack(outputs, 1)
+        attention = None if weights[0] is None else torch.stack(weights, 1)
+        return DecoderOutput(self.readout(stacked) if feed is None else stacked, attention)
 
 
 class Seq2Seq(nn.Module):
@@ -70,18 +121,27 @@ class Seq2Seq(nn.Module):
 
     @property
     def has_attention(self) -> bool:
-        return getattr(self.decoder, "attention", None) is not None
+        return self.decoder.has_attention
 
     def start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
         return self.decoder.start(self.encoder(src, src_lengths))
 
     def forward(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        feed: Feed | None = None,
     ) -> DecoderOutput:
         memory, state = self.start(src, src_lengths)
-        return self.decoder(tgt_in, memory, state)
+        return self.decoder(tgt_in, memory, state, feed)
 
     def step(
         self, prev_tokens: torch.Tensor, memory: Memory, state: DecoderState
     ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
-        return self.decoder.step(prev_tokens, memory, state)
+        """prev_tokens [B] -> (logits [B, V], next state, attention [B, S] or None)."""
+        features, state, attention = self.decoder.step(prev_tokens, memory, state)
+        return self.decoder.readout(features), state, attention
+
+    def paper_init_(self) -> None:
+        self.decoder.paper_init_()

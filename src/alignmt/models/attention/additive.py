@@ -15,21 +15,32 @@ class AdditiveAttention(Attention):
 
     def __init__(self, query_size: int, key_size: int, attention_size: int | None = None):
         super().__init__(query_size, key_size)
-        attention_size = attention_size or query_size
-        self.key_bias_size = attention_size  # a coverage term joins U_a h_j inside the tanh
-        self.key_proj = nn.Linear(key_size, attention_size, bias=False)  # U_a
-        self.query_proj = nn.Linear(query_size, attention_size)  # W_a (its bias is b_a)
-        self.energy = nn.Linear(attention_size, 1, bias=False)  # v_a
+        self.attention_size = attention_size or query_size
+        self.key_proj = nn.Linear(key_size, self.attention_size, bias=False)  # U_a
+        self.query_proj = nn.Linear(query_size, self.attention_size)  # W_a (its bias is b_a)
+        self.energy = nn.Linear(self.attention_size, 1, bias=False)  # v_a
 
     def precompute(self, values: torch.Tensor) -> torch.Tensor:
         return self.key_proj(values)
 
-    def score(
-        self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState | None
-    ) -> torch.Tensor:
+    def score(self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState) -> torch.Tensor:
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
         hidden = tanh_(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)
+
+    def key_term_size(self) -> int:
+        return self.attention_size
+
+    def fused_energy_weights(self):
+        if self.coverage is not None:
+            return None
+        return self.query_proj.weight, self.query_proj.bias, self.energy.weight.view(-1)
+
+    def paper_init_(self) -> None:
+        """W_a and U_a from N(0, 0.001^2), v_a zero (appendix B.1)."""
+        nn.init.normal_(self.key_proj.weight, 0.0, 0.001)
+        nn.init.normal_(self.query_proj.weight, 0.0, 0.001)
+        nn.init.zeros_(self.energy.weight)
 
 
 class ConcatAttention(AdditiveAttention):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from alignmt.models.attention.base import Attention, AttentionState, masked_softmax
+from alignmt.models.attention.base import Attention, AttentionState
 from alignmt.models.attention.multiplicative import GeneralAttention
 
 
@@ -24,58 +24,52 @@ class LocalAttention(Attention):
         window: int = 10,
     ):
         super().__init__(query_size, key_size)
+        if window < 1:
+            raise ValueError(f"model.attention.window must be at least 1, got {window}")
         self.scorer = (score or GeneralAttention)(query_size=query_size, key_size=key_size)
-        self.window = window
-        self.key_bias_size = self.scorer.key_bias_size
+        self.half_width = window
 
-    def precompute(self, values: torch.Tensor) -> torch.Tensor:
+    def precompute(self, values):
         return self.scorer.precompute(values)
+
+    def score(self, query, keys, state):
+        return self.scorer.score(query, keys, state)
+
+    def key_term_size(self):
+        return self.scorer.key_term_size()
+
+    def paper_init_(self) -> None:
+        self.scorer.paper_init_()
 
     def centres(self, query: torch.Tensor, mask: torch.Tensor, state) -> torch.Tensor:
         """p_t [B, T] for queries [B, T, Q]."""
         raise NotImplementedError
 
-    def reweight(self, weights: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
-        return weights
+    def distance(self, query, mask, state) -> torch.Tensor:
+        """[B, T, S]: each source position's signed distance from p_t."""
+        centres = self.centres(query, mask, state)
+        positions = torch.arange(mask.size(1), device=mask.device, dtype=centres.dtype)
+        return positions - centres.unsqueeze(-1)
 
-    def advance(self, state, steps: int):
-        return state
-
-    def forward(self, query, keys, values, mask, state=None, energy_bias=None):
-        single_step = query.dim() == 2
-        if single_step:
-            query = query.unsqueeze(1)
-        centres = self.centres(query, mask, state)  # [B, T]
-        positions = torch.arange(keys.size(1), device=keys.device, dtype=centres.dtype)
-        distance = positions - centres.unsqueeze(-1)  # [B, T, S]
-        in_window = (distance.abs() <= self.window) & mask.unsqueeze(1)
-        energies = self.scorer.score(query, keys, state)
-        if energy_bias is not None:
-            energies = energies + energy_bias.unsqueeze(1)
-        weights = masked_softmax(energies, in_window)
-        weights = self.reweight(weights, distance)
-        context = torch.bmm(weights, values)
-        state = self.advance(state, query.size(1))
-        if single_step:
-            return context.squeeze(1), weights.squeeze(1), state
-        return context, weights, state
+    def window(self, query, mask, state):
+        distance = self.distance(query, mask, state)
+        return (distance.abs() <= self.half_width) & mask.unsqueeze(1), None
 
 
 class LocalMonotonicAttention(LocalAttention):
     """local-m: p_t = t, source and target assumed roughly monotonically aligned (clipped to
     the last source position). The step index t is attention state."""
 
-    def init_state(self, values: torch.Tensor, mask: torch.Tensor) -> AttentionState:
+    def start_state(self, values, mask) -> AttentionState:
         return {"step": torch.zeros(values.size(0), dtype=torch.long, device=values.device)}
 
+    def next_state(self, state, steps: int):
+        return {**state, "step": state["step"] + steps}
+
     def centres(self, query, mask, state):
-        T = query.size(1)
-        steps = state["step"].unsqueeze(1) + torch.arange(T, device=query.device)
+        steps = state["step"].unsqueeze(1) + torch.arange(query.size(1), device=query.device)
         last = mask.sum(-1, keepdim=True) - 1
         return torch.minimum(steps, last).to(query.dtype)
-
-    def advance(self, state, steps: int):
-        return {"step": state["step"] + steps}
 
 
 class LocalPredictiveAttention(LocalAttention):
@@ -104,5 +98,7 @@ class LocalPredictiveAttention(LocalAttention):
         gate = torch.sigmoid(self.position_energy(torch.tanh(self.position_proj(query))))
         return lengths * gate.squeeze(-1)
 
-    def reweight(self, weights, distance):
-        return weights * torch.exp(-(distance**2) / (2 * self.sigma**2))
+    def window(self, query, mask, state):
+        distance = self.distance(query, mask, state)
+        allowed = (distance.abs() <= self.half_width) & mask.unsqueeze(1)
+        return allowed, torch.exp(-(distance**2) / (2 * self.sigma**2))

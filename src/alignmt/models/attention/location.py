@@ -23,18 +23,24 @@ class LocationAttention(Attention):
         self.proj = nn.Linear(query_size, max_length)
         self._warned = False
 
-    def score(self, query, keys, state: AttentionState | None) -> torch.Tensor:
+    def score(self, query, keys, state: AttentionState) -> torch.Tensor:
         length = keys.size(1)
         energies = self.proj(query)
         if length <= self.max_length:
             return energies[..., :length]
+        beyond = energies.new_zeros((*energies.shape[:-1], length - self.max_length))
+        return torch.cat([energies, beyond], dim=-1)  # masked out by `window`
+
+    def window(self, query, mask, state):
+        if mask.size(1) <= self.max_length:
+            return mask.unsqueeze(1), None
         if not self._warned:
             log.warning(
                 "source of %d tokens is longer than model.attention.max_length=%d: "
                 "the positions past it get no attention",
-                length,
+                mask.size(1),
                 self.max_length,
             )
             self._warned = True
-        beyond = energies.new_full((*energies.shape[:-1], length - self.max_length), -torch.inf)
-        return torch.cat([energies, beyond], dim=-1)
+        scorable = torch.arange(mask.size(1), device=mask.device) < self.max_length
+        return (mask & scorable).unsqueeze(1), None

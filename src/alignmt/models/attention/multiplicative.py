@@ -19,7 +19,7 @@ class DotAttention(Attention):
             )
         super().__init__(query_size, key_size)
 
-    def score(self, query, keys, state: AttentionState | None) -> torch.Tensor:
+    def score(self, query, keys, state: AttentionState) -> torch.Tensor:
         return torch.bmm(query, keys.transpose(1, 2))
 
 
@@ -31,5 +31,5 @@ class GeneralAttention(Attention):
         super().__init__(query_size, key_size)
         self.proj = nn.Linear(query_size, key_size, bias=False)  # W_a^T
 
-    def score(self, query, keys, state: AttentionState | None) -> torch.Tensor:
+    def score(self, query, keys, state: AttentionState) -> torch.Tensor:
         return torch.bmm(self.proj(query), keys.transpose(1, 2))

@@ -1,0 +1,102 @@
+"""What a run leaves behind besides checkpoints: result files, dashboard figures, speed.
+
+Each is a Lightning callback in the `callbacks` config group; they read what the task's
+evaluation produced (`last_validation`, `test_evaluation`, `test_results`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from alignmt.dashboards import has_dashboard, log_validation_samples
+from alignmt.evaluation.results import spread_by_length, write_test_files
+from alignmt.plots import plot_attention
+
+
+class ResultFiles(pl.Callback):
+    """After testing: hypotheses.txt, bleu_by_length.{csv,png}, exposure.{csv,png}, attention
+    heatmaps of `heatmaps` test sentences of increasing length (and of `heatmap_sentences`),
+    and the test metrics merged into metrics.json, in `out_dir` (on the main process)."""
+
+    def __init__(self, out_dir: str, heatmaps: int = 4, heatmap_sentences: Sequence[int] = ()):
+        self.out_dir = Path(out_dir)
+        self.heatmaps = heatmaps
+        self.heatmap_sentences = list(heatmap_sentences)
+
+    def on_test_end(self, trainer: pl.Trainer, task) -> None:
+        if trainer.is_global_zero and task.test_results is not None:
+            write_test_files(
+                self.out_dir,
+                task.test_evaluation,
+                task.evaluator.texts["test"],
+                task.test_results,
+                self.heatmaps,
+                self.heatmap_sentences,
+            )
+
+
+class Dashboards(pl.Callback):
+    """After each validation, `samples` translations of increasing length (source, reference,
+    hypothesis) with their heatmaps, to wandb and TensorBoard when either logs the run."""
+
+    def __init__(self, out_dir: str, samples: int = 4):
+        self.out_dir = Path(out_dir)
+        self.samples = samples
+
+    def on_validation_end(self, trainer: pl.Trainer, task) -> None:
+        evaluation = task.last_validation
+        if trainer.sanity_checking or evaluation is None or not self.samples:
+            return
+        if not trainer.is_global_zero or not has_dashboard(trainer.loggers):
+            return
+        text = task.evaluator.texts["valid"]
+        sentences = evaluation.sentences
+        lengths = [len(text.sources[s.index].split()) for s in sentences]
+        rows, images = [], []
+        for s in (sentences[i] for i in spread_by_length(lengths, self.samples)):
+            t = s.translation
+            rows.append([text.sources[s.index], text.targets[s.index], t.text])
+            if t.attention is not None:
+                name = f"step{trainer.global_step:06d}_{s.index:05d}.png"
+                images.append(
+                    plot_attention(
+                        t.attention,
+                        t.source_labels,
+                        t.target_labels,
+                        self.out_dir / "attention" / "validation" / name,
+                        title=f"validation sentence {s.index}, step {trainer.global_step}",
+                    )
+                )
+        log_validation_samples(trainer.loggers, trainer.global_step, rows, images)
+
+
+class TrainingSpeed(pl.Callback):
+    """Target tokens per second over the training steps themselves (forward, backward,
+    optimiser; not validation), logged per logging interval as `train/tokens_per_sec`;
+    `tokens_per_sec` is the whole run's."""
+
+    def __init__(self):
+        self.tokens, self.seconds = 0, 0.0
+        self._interval = (0, 0.0)
+        self._started = 0.0
+
+    @property
+    def tokens_per_sec(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+    def on_train_batch_start(self, trainer, task, batch, batch_idx) -> None:
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, task, outputs, batch, batch_idx) -> None:
+        seconds = time.perf_counter() - self._started
+        tokens = batch.num_target_tokens
+        self.tokens += tokens
+        self.seconds += seconds
+        self._interval = (self._interval[0] + tokens, self._interval[1] + seconds)
+        if trainer.global_step % trainer.log_every_n_steps == 0 and self._interval[1] > 0:
+            task.log("train/tokens_per_sec", self._interval[0] / self._interval[1])
+            self._interval = (0, 0.0)

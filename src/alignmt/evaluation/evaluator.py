@@ -1,0 +1,150 @@
+"""Decoding a split into per-sentence results, and those into corpus metrics: what validation,
+test and `alignmt-evaluate` share."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from alignmt.data.batching import Batch
+from alignmt.data.corpus import ParallelText
+from alignmt.evaluation.bleu import corpus_scores
+from alignmt.evaluation.unk import no_unk_mask
+from alignmt.special_tokens import EOS_ID, PAD_ID, UNK_ID
+from alignmt.translator import Translation, Translator
+
+
+@dataclass
+class SentenceResult:
+    """What evaluation keeps of one sentence until the corpus-level metrics are computed. It
+    owns its storage (no views of batch tensors), so gathering it across processes is cheap."""
+
+    index: int  # position in the split
+    translation: Translation  # the best one
+    forced_attention: np.ndarray | None = None  # teacher-forced, without [EOS] rows and columns
+    no_unk: Translation | None = None  # decoded with [UNK] forbidden, if in the No-UNK subset
+    exposure: tuple | None = None  # (reference, teacher-forced argmax, own output) ids
+
+
+@dataclass
+class Evaluation:
+    """One split's results: every sentence (from every process, in split order) and metrics."""
+
+    split: str
+    sentences: list[SentenceResult]
+    nll: float  # summed over the reference tokens
+    tokens: int
+    decode_seconds: float  # this process's decoding time
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def loss(self) -> float:
+        return self.nll / max(self.tokens, 1)
+
+
+class Evaluator:
+    """Scores teacher-forced likelihood, decodes with the translator's search, and keeps what
+    the metrics need. `detailed` (test) adds the paper's "No UNK" subset decoded with [UNK]
+    forbidden, teacher-forced attention for alignment error and the exposure-bias probe."""
+
+    def __init__(self, translator: Translator, texts: Mapping[str, ParallelText]):
+        self.translator = translator
+        self.texts = texts  # split name -> raw text (the data module's, filled at set-up)
+        self.reset()
+
+    def reset(self) -> None:
+        self._sentences: list[SentenceResult] = []
+        self._nll, self._tokens, self._decode_seconds = 0.0, 0, 0.0
+
+    @torch.no_grad()
+    def add(self, batch: Batch, split: str, detailed: bool = False) -> None:
+        model = self.translator.model
+        forced = model(batch.src, batch.src_lengths, batch.tgt_in)
+        self._nll += float(
+            F.cross_entropy(
+                forced.logits.flatten(0, 1).float(),
+                batch.tgt_out.flatten(),
+                ignore_index=PAD_ID,
+                reduction="sum",
+            )
+        )
+        self._tokens += batch.num_target_tokens
+        words = self._source_words(batch, split)
+        started = time.perf_counter()
+        best = [nbest[0] for nbest in self.translator.decode_batch(batch, words)]
+        self._decode_seconds += time.perf_counter() - started
+        results = [SentenceResult(i, t) for i, t in zip(batch.indices.tolist(), best, strict=True)]
+        if detailed:
+            self._add_details(results, batch, forced, words)
+        self._sentences += results
+
+    def _source_words(self, batch: Batch, split: str) -> list[list[str]] | None:
+        """Each source sentence as the tokeniser gives it: [UNK] replacement copies from it."""
+        if self.translator.unk_replacer is None:
+            return None
+        sources = self.texts[split].sources
+        tokenize = self.translator.source_tokenizer.tokenize
+        return [tokenize(sources[i]) for i in batch.indices.tolist()]
+
+    def _add_details(self, results, batch: Batch, forced, words) -> None:
+        for row, translation in self._decode_no_unk(batch, results, words).items():
+            results[row].no_unk = translation
+        references = batch.tgt_out.tolist()
+        predicted = forced.logits.argmax(-1).tolist()
+        ref_lengths = (batch.tgt_out != PAD_ID).sum(1).tolist()
+        src_lengths = batch.src_lengths.tolist()
+        for b, result in enumerate(results):
+            n = ref_lengths[b]
+            if forced.attention is not None:
+                attention = forced.attention[b, : n - 1, : src_lengths[b] - 1]
+                result.forced_attention = attention.float().cpu().numpy().copy()
+            own = [*result.translation.ids, EOS_ID]  # before [UNK] replacement
+            result.exposure = (references[b][:n], predicted[b][:n], own)
+
+    def _decode_no_unk(self, batch: Batch, results, words) -> dict[int, Translation]:
+        """The paper's "No UNK" column: sentences with no unknown word in source or reference,
+        decoded with [UNK] forbidden. Returns their best translations by row of the batch."""
+        rows = no_unk_mask(batch.src, batch.tgt_out).nonzero().squeeze(1).tolist()
+        search = self.translator.search
+        kept = {}
+        if search.forbid_unk or search.unk_free_outputs_are_final:
+            # Either the outputs already never hold [UNK], or an output without one is what
+            # the search gives with [UNK] forbidden too.
+            kept = {b: results[b].translation for b in rows}
+            kept = {b: t for b, t in kept.items() if UNK_ID not in t.ids}
+        todo = [b for b in rows if b not in kept]
+        if todo:
+            decoded = self.translator.decode_batch(
+                batch.select(todo), None if words is None else [words[b] for b in todo], True
+            )
+            kept.update({b: nbest[0] for b, nbest in zip(todo, decoded, strict=True)})
+        return kept
+
+    def gather(self, split: str) -> Evaluation:
+        """This split's results from every process, in split order."""
+        sentences, nll, tokens = self._sentences, self._nll, self._tokens
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            every = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(every, (sentences, nll, tokens))
+            sentences = [s for rank in every for s in rank[0]]
+            nll, tokens = sum(r[1] for r in every), sum(r[2] for r in every)
+        sentences.sort(key=lambda s: s.index)
+        evaluation = Evaluation(split, sentences, nll, tokens, self._decode_seconds)
+        self.reset()
+        return evaluation
+
+
+def validation_metrics(evaluation: Evaluation, text: ParallelText) -> dict[str, float]:
+    """val/loss (per reference token), val/ppl and val/bleu (sacrebleu, detokenised)."""
+    hypotheses = [s.translation.text for s in evaluation.sentences]
+    return {
+        "val/loss": evaluation.loss,
+        "val/ppl": math.exp(min(evaluation.loss, 100)),
+        "val/bleu": corpus_scores(hypotheses, list(text.targets))["bleu"],
+    }

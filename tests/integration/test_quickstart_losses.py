@@ -1,0 +1,44 @@
+"""The quickstart's first 50 training losses, pinned: refactoring must not change what it trains.
+
+The values were recorded with the quickstart configuration (RNNsearch on the full toy corpus,
+seed 1234, CPU) before the code was restructured; `tests/data/quickstart_first_50_losses.json`.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+
+from tests.conftest import compose_config
+
+PINNED = Path(__file__).resolve().parents[1] / "data" / "quickstart_first_50_losses.json"
+
+
+class RecordLosses(pl.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+def test_the_quickstart_trains_the_pinned_losses(cache_dir, tmp_path):
+    from alignmt.build import build
+
+    cfg = compose_config(
+        "train",
+        [
+            f"data.corpus.cache_dir={cache_dir}",
+            f"run_dir={tmp_path}",
+            "trainer.max_steps=50",
+            "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false",
+            "~logger",
+        ],
+    )
+    record = RecordLosses()
+    built = build(cfg)
+    trainer = built.trainer(callbacks=[record], logger=False, enable_checkpointing=False)
+    trainer.fit(built.task, datamodule=built.datamodule)
+    assert record.losses == pytest.approx(json.loads(PINNED.read_text()), rel=2e-5, abs=2e-5)

@@ -1,0 +1,98 @@
+"""Every teacher-forcing fast path a decoder declares computes what its step function does:
+the same logits, attention and gradients (double precision, through the coverage loss too)."""
+
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from alignmt.models import Luong, RNNEncDec, RNNSearch
+from alignmt.models.attention import (
+    AdditiveAttention,
+    ConcatAttention,
+    GeneralAttention,
+    LocalMonotonicAttention,
+)
+from alignmt.models.coverage import LinguisticCoverage, coverage_loss
+from alignmt.special_tokens import PAD_ID
+
+SIZES = dict(embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14, maxout_size=8)
+FAST = {
+    "rnnsearch additive (fused recurrence)": lambda: RNNSearch(
+        30, 25, **SIZES, attention=partial(AdditiveAttention, attention_size=9)
+    ),
+    "rnnsearch concat (fused recurrence)": lambda: RNNSearch(
+        30, 25, **SIZES, attention=ConcatAttention
+    ),
+    "luong general, one call": lambda: Luong(
+        30, 25, 12, 14, 2, attention=GeneralAttention, input_feeding=False, dropout=0.0
+    ),
+    "luong local-m, one call": lambda: Luong(
+        30, 25, 12, 14, 1, attention=partial(LocalMonotonicAttention, window=1), input_feeding=False
+    ),
+    "luong coverage, one-call RNN": lambda: Luong(
+        30, 25, 12, 14, 1, attention=GeneralAttention, coverage=LinguisticCoverage,
+        input_feeding=False,
+    ),
+    "luong without attention, one call": lambda: Luong(
+        30, 25, 12, 14, 1, attention=None, input_feeding=False
+    ),
+}  # fmt: skip
+STEP_ONLY = {
+    "rnnsearch coverage": lambda: RNNSearch(30, 25, **SIZES, coverage=LinguisticCoverage),
+    "luong input feeding": lambda: Luong(30, 25, 12, 14, 1, attention=GeneralAttention),
+    "rnnencdec": lambda: RNNEncDec(30, 25, **SIZES),
+}
+
+
+def batch():
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0], [11, 3, 0, 0, 0]])
+    tgt_in = torch.tensor([[2, 5, 6, 7, 8], [2, 8, 9, 0, 0], [2, 10, 11, 12, 0]])
+    tgt_out = torch.tensor([[5, 6, 7, 8, 3], [8, 9, 3, 0, 0], [10, 11, 12, 3, 0]])
+    return src, torch.tensor([5, 3, 2]), tgt_in, tgt_out
+
+
+def loss_and_grads(model, step_path: bool):
+    model.zero_grad()
+    src, lengths, tgt_in, tgt_out = batch()
+    memory, state = model.start(src, lengths)
+    run = model.decoder.unroll if step_path else model.decoder
+    out = run(tgt_in, memory, state)
+    loss = F.cross_entropy(out.logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+    if out.attention is not None:  # gradients through the attention weights too
+        loss = loss + coverage_loss(out.attention, tgt_out != PAD_ID)
+    loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_fast_path_equals_the_step_path(name):
+    torch.manual_seed(0)
+    model = FAST[name]().double()
+    src, lengths, tgt_in, _ = batch()
+    memory, state = model.start(src, lengths)
+    assert model.decoder.teacher_forced(tgt_in, memory, state) is not None  # it is declared
+    fast, fast_grads = loss_and_grads(model, step_path=False)
+    step, step_grads = loss_and_grads(model, step_path=True)
+    torch.testing.assert_close(fast.logits, step.logits, atol=1e-10, rtol=1e-8)
+    if step.attention is not None:
+        torch.testing.assert_close(fast.attention, step.attention, atol=1e-10, rtol=1e-8)
+    assert fast_grads.keys() == step_grads.keys()
+    for param, grad in step_grads.items():
+        torch.testing.assert_close(fast_grads[param], grad, atol=1e-10, rtol=1e-7, msg=param)
+
+
+@pytest.mark.parametrize("name", sorted(STEP_ONLY))
+def test_decoders_without_a_fast_path_run_their_step_function(name):
+    torch.manual_seed(0)
+    model = STEP_ONLY[name]()
+    src, lengths, tgt_in, _ = batch()
+    memory, state = model.start(src, lengths)
+    assert model.decoder.teacher_forced(tgt_in, memory, state) is None
+    forward = model(src, lengths, tgt_in).logits
+    stepped = []
+    for t in range(tgt_in.size(1)):  # what greedy and beam search call, one token at a time
+        logits, state, _ = model.step(tgt_in[:, t], memory, state)
+        stepped.append(logits)
+    torch.testing.assert_close(forward, torch.stack(stepped, 1), atol=1e-6, rtol=1e-5)

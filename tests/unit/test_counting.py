@@ -53,6 +53,8 @@ def test_on_the_reference_prefix_the_oracle_gives_the_reference_token():
     for i, target in enumerate(test.targets):
         reference = [stoi[w] for w in target.split()] + [EOS_ID]
         assert all(oracle(i, reference[:t]) == {reference[t]} for t in range(len(reference)))
+    bound = corpus.oracle(test.sources, stoi)  # at the corpus' own length, 12
+    assert bound(0, [4] * 11) == {5} and bound(0, [4] * 12) == {EOS_ID}
 
 
 def test_the_data_config_builds_the_counting_task(tmp_path):

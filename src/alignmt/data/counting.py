@@ -57,6 +57,10 @@ class CountingCorpus:
         origin = f"counting language ({split}, seed={self.seed}, length={self.length})"
         return ParallelText(sentences, list(sentences), origin=origin)
 
+    def oracle(self, sources: Sequence[str], stoi: Mapping[str, int]):
+        """The exposure probe's oracle for these sentences of the corpus (`counting_oracle`)."""
+        return counting_oracle(sources, stoi, self.length)
+
 
 def counting_oracle(sources: Sequence[str], stoi: Mapping[str, int], length: int = LENGTH):
     """The probe's oracle on target ids: `oracle(i, prefix)` is the set of ids that rightly

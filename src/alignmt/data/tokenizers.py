@@ -88,10 +88,11 @@ class MosesTokenizer:
     def word_ids(self, text: str) -> list[int]:
         """The word of `text` each token of `tokenize(text)` comes from.
 
-        Moses only inserts spaces (its context rules, e.g. for nonbreaking prefixes, decide
-        where), deletes ASCII control characters and writes a split dash as `@-@`; so the
-        tokens of the whole sentence are read off its characters in order. Tokenising word by
-        word instead would lose the rules that look at the next word ("No. 5", "etc. and").
+        Moses only inserts spaces (its context rules decide where), deletes ASCII control
+        characters and writes a split dash as `@-@`; so the tokens of the whole sentence are
+        read off its characters in order. Tokenising word by word instead would lose the rules
+        that look across a space (a full stop kept before a lower-case word, an apostrophe
+        split off after a space) and give other tokens than `tokenize`.
         """
         word_of = _word_of_each_character(text)
         kept = [k for k, char in enumerate(text) if word_of[k] >= 0 and char >= " "]

@@ -2,6 +2,8 @@
 
 Every tokeniser has `tokenize(str) -> list[str]`, `detokenize(list[str]) -> str` and a
 `fingerprint` that changes whenever its output could, which keys the cache of tokenised data.
+`word_ids(str) -> list[int]` gives, for each token of `tokenize`, the index of the word of the
+raw sentence it comes from (words: `text.split()`), the unit gold alignments usually index.
 Tokenisers learnt from the training data (SentencePiece) also have `fit` and plain-value
 `state_dict`/`load_state_dict`, which checkpoints carry so that they translate on their own.
 """
@@ -21,6 +23,21 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+def _word_of_each_character(text: str) -> list[int]:
+    """Index of the `text.split()` word each character is in; -1 for whitespace."""
+    words, word, inside = [], -1, False
+    for char in text:
+        if char.isspace():
+            inside = False
+            words.append(-1)
+        else:
+            if not inside:
+                word += 1
+            inside = True
+            words.append(word)
+    return words
+
+
 class WhitespaceTokenizer:
     """For text that is already tokenised by single spaces (the toy corpus, pre-tokenised files)."""
 
@@ -31,6 +48,9 @@ class WhitespaceTokenizer:
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return " ".join(tokens)
+
+    def word_ids(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
 
 
 class MosesTokenizer:
@@ -64,6 +84,31 @@ class MosesTokenizer:
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return self._detokenizer.detokenize(list(tokens), unescape=False)
+
+    def word_ids(self, text: str) -> list[int]:
+        """The word of `text` each token of `tokenize(text)` comes from.
+
+        Moses only inserts spaces (its context rules decide where), deletes ASCII control
+        characters and writes a split dash as `@-@`; so the tokens of the whole sentence are
+        read off its characters in order. Tokenising word by word instead would lose the rules
+        that look across a space (a full stop kept before a lower-case word, an apostrophe
+        split off after a space) and give other tokens than `tokenize`.
+        """
+        word_of = _word_of_each_character(text)
+        kept = [k for k, char in enumerate(text) if word_of[k] >= 0 and char >= " "]
+        ids, position = [], 0
+
+        def read(length: int) -> str:
+            return "".join(text[k] for k in kept[position : position + length])
+
+        for token in self.tokenize(text):
+            surface = "-" if token == "@-@" and read(3) != token else token  # a split dash
+            span = kept[position : position + len(surface)]
+            if read(len(surface)) != surface or word_of[span[0]] != word_of[span[-1]]:
+                raise ValueError(f"Moses token {token!r} is not a piece of one word of {text!r}")
+            ids.append(word_of[span[0]])
+            position += len(surface)
+        return ids
 
 
 MODEL_TYPES = ("bpe", "unigram")
@@ -169,3 +214,23 @@ class SentencePieceTokenizer:
     def detokenize(self, tokens: Sequence[str]) -> str:
         self._require_model()
         return self._processor.decode(list(tokens))
+
+    def word_ids(self, text: str) -> list[int]:
+        """The word of `text` each piece of `tokenize(text)` comes from, by the pieces' offsets.
+
+        A piece belongs to the word its last non-space character is in; a bare "▁" (no
+        character of its own) to the word after it. Offsets, rather than counting pieces that
+        start with "▁", keep this right where normalisation (NFKC) adds a space inside a word
+        or removes a word.
+        """
+        self._require_model()
+        encoded = self._processor.encode(text, return_type="offset_mapping")
+        word_of = _word_of_each_character(text)
+        next_word = [max(word_of, default=0)] * (len(text) + 1)
+        for k in range(len(text) - 1, -1, -1):
+            next_word[k] = word_of[k] if word_of[k] >= 0 else next_word[k + 1]
+        ids = []
+        for begin, end in encoded["offsets"]:
+            inside = [word_of[k] for k in range(begin, end) if word_of[k] >= 0]
+            ids.append(inside[-1] if inside else next_word[end])
+        return ids

@@ -1,8 +1,26 @@
-"""Corpus BLEU and chrF through sacrebleu, so scores are comparable with published numbers."""
+"""Corpus BLEU and chrF through sacrebleu, so scores are comparable with published numbers.
+
+A model's [UNK] is one wrong word, but sacrebleu's 13a (and intl, zh) tokeniser splits the
+string "[UNK]" into "[ UNK ]": three tokens, which lengthen the hypothesis (a softer brevity
+penalty) and add n-grams that can match brackets in a reference. Hypotheses are therefore
+scored with every [UNK] written as a placeholder word that every sacrebleu tokeniser keeps
+as one token and that no reference contains; the signatures say so.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.bleu import BLEUScore
+
+from alignmt.special_tokens import UNK
+
+# U+A66E CYRILLIC LETTER MULTIOCULAR O: a letter, so no tokeniser splits it off or apart,
+# and one that reference translations do not use.
+UNK_PLACEHOLDER = "\ua66e"
+UNK_NOTE = f"[UNK] scored as one token {UNK_PLACEHOLDER!r} (U+A66E), which matches no reference"
+UNK_SIGNATURE = "|unk:one-token"
 
 
 def check_parallel(hypotheses: list[str], references: list[str]) -> None:
@@ -16,18 +34,58 @@ def check_parallel(hypotheses: list[str], references: list[str]) -> None:
         raise ValueError("cannot score an empty corpus")
 
 
+def unk_as_one_token(
+    hypotheses: list[str], references: list[str], tokenizer: Callable[[str], str]
+) -> list[str]:
+    """The hypotheses with each [UNK] written as `UNK_PLACEHOLDER`. `tokenizer` is the
+    metric's (`BLEU.tokenizer`), whose token boundaries are kept: a tokeniser that splits
+    "[UNK]" off the characters around it (13a, intl, zh, char) gets the placeholder as a word
+    of its own, one that does not (none) gets it in place.
+
+    Fails if a reference contains the placeholder (it could match) or the tokeniser splits it.
+    """
+    if not any(UNK in h for h in hypotheses):
+        return list(hypotheses)
+    if any(UNK_PLACEHOLDER in r for r in references):
+        raise ValueError(
+            f"a reference contains {UNK_PLACEHOLDER!r} (U+A66E), the placeholder [UNK] is "
+            "scored as; it would match there"
+        )
+    probe = f"a {UNK_PLACEHOLDER} b"
+    if tokenizer(probe).split() != probe.split():
+        raise ValueError(
+            f"the BLEU tokeniser does not keep {UNK_PLACEHOLDER!r} (U+A66E) as one token, "
+            f"so [UNK] cannot be scored as one: {probe!r} -> {tokenizer(probe)!r}"
+        )
+    apart = len(tokenizer(f"x{UNK}y").split()) > 1
+    placeholder = f" {UNK_PLACEHOLDER} " if apart else UNK_PLACEHOLDER
+    return [h.replace(UNK, placeholder) for h in hypotheses]
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> BLEUScore:
+    """sacrebleu's corpus BLEU (with its counts and lengths), [UNK] scored as one token."""
+    check_parallel(hypotheses, references)
+    metric = BLEU(tokenize=tokenize)
+    return metric.corpus_score(
+        unk_as_one_token(hypotheses, references, metric.tokenizer), [references]
+    )
+
+
 def corpus_scores(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> dict:
     """BLEU and chrF of detokenized output against one reference per sentence.
 
     The signatures record every setting that changes the number (tokenizer, casing,
-    smoothing, sacrebleu version) and belong next to any reported score.
+    smoothing, sacrebleu version, and `|unk:one-token`, explained by `unk_note`) and belong
+    next to any reported score.
     """
     check_parallel(hypotheses, references)
     bleu, chrf = BLEU(tokenize=tokenize), CHRF()
+    hypotheses = unk_as_one_token(hypotheses, references, bleu.tokenizer)
     refs = [references]
     return {
         "bleu": bleu.corpus_score(hypotheses, refs).score,
         "chrf": chrf.corpus_score(hypotheses, refs).score,
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
+        "bleu_signature": str(bleu.get_signature()) + UNK_SIGNATURE,
+        "chrf_signature": str(chrf.get_signature()) + UNK_SIGNATURE,
+        "unk_note": UNK_NOTE,
     }

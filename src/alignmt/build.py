@@ -70,7 +70,7 @@ def build(cfg: DictConfig) -> Built:
     task = make_task(
         model=model,
         optimizer=instantiate(cfg.optim),
-        evaluator=Evaluator(translator, datamodule.text),
+        evaluator=evaluator(translator, datamodule),
         sampling=instantiate(cfg.sampling),
         run_config=OmegaConf.to_container(cfg, resolve=True),
     )
@@ -101,6 +101,10 @@ def restore(
     model.eval()
     translator = build_translator(options or config, model, decoding or config.decoding, datamodule)
     return Restored(config, datamodule, model, translator)
+
+
+def evaluator(translator: Translator, datamodule: TranslationDataModule) -> Evaluator:
+    return Evaluator(translator, datamodule.text, datamodule.oracle, datamodule.alignment_unit)
 
 
 def build_model(node: DictConfig, datamodule: TranslationDataModule) -> Seq2Seq:

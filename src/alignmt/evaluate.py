@@ -16,10 +16,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from alignmt.atomic import write_text
-from alignmt.build import restore
+from alignmt.build import evaluator, restore
 from alignmt.callbacks import ResultFiles
 from alignmt.config import CONF_DIR, instantiate
-from alignmt.evaluation.evaluator import Evaluator
 from alignmt.evaluation.module import EvaluationModule
 from alignmt.evaluation.results import update_metrics_file
 
@@ -31,9 +30,7 @@ def evaluate(cfg: DictConfig) -> dict:
     restored = restore(cfg.ckpt, cfg.get("decoding"), cfg)
     write_text(run_dir / "evaluate.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_text(run_dir / "config.yaml", OmegaConf.to_yaml(restored.config))
-    module = EvaluationModule(
-        restored.model, Evaluator(restored.translator, restored.datamodule.text)
-    )
+    module = EvaluationModule(restored.model, evaluator(restored.translator, restored.datamodule))
     files = ResultFiles(str(run_dir), cfg.heatmaps, list(cfg.heatmap_sentences))
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[files], enable_checkpointing=False)
     trainer.test(module, datamodule=restored.datamodule, verbose=False)

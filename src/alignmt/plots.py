@@ -89,13 +89,16 @@ def plot_bleu_by_length(
 
 def plot_exposure(curves, path: str | Path, title: str | None = None) -> Path:
     """The exposure-bias probe (`evaluation.exposure.ExposureCurves`) over target positions:
-    accuracy on gold prefixes, accuracy on the model's own, and the share still error-free."""
+    accuracy after the reference prefix, after the model's own prefix (where an oracle knows
+    the right next word), after an own prefix still intact, and the share still intact."""
     positions = np.arange(1, len(curves.sentences) + 1)
     fig = Figure(figsize=(6.0, 4.0))
     ax = fig.add_subplot()
     ax.plot(positions, curves.teacher_forced, label="accuracy, reference prefix")
-    ax.plot(positions, curves.free_running, label="accuracy, own prefix")
-    ax.plot(positions, curves.error_free, label="sentences still error-free")
+    if curves.identified:
+        ax.plot(positions, curves.own_prefix, label="accuracy, own prefix")
+    ax.plot(positions, curves.intact_accuracy, label="accuracy, own prefix still intact")
+    ax.plot(positions, curves.intact_share, label="own prefixes still intact")
     ax.set_xlabel("Target position")
     ax.set_ylabel("Share")
     ax.set_ylim(0, 1.02)

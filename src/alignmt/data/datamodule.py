@@ -35,6 +35,9 @@ class TranslationDataModule(pl.LightningDataModule):
     `load_tokenizer_state`). Tokenised and encoded splits are cached under `cache_dir`.
     A training split that a corpus streams (`corpus.stream("train")`) is read as it goes;
     its tokenisers and vocabularies are fitted on its first `stream_sample_size` pairs.
+    `alignment_unit` says what the corpus's gold alignments index: the raw text's
+    whitespace-separated `words` (attention over subwords or Moses tokens is summed into them
+    before AER is taken) or the tokeniser's `tokens`.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class TranslationDataModule(pl.LightningDataModule):
         cache_dir: str = "~/.cache/alignmt",
         num_proc: int | None = None,
         stream_sample_size: int = 1_000_000,
+        alignment_unit: str = "words",
     ):
         super().__init__()
         self.corpus = corpus
@@ -73,6 +77,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.cache_dir = Path(cache_dir).expanduser()
         self.num_proc = num_proc
         self.stream_sample_size = stream_sample_size
+        self.alignment_unit = alignment_unit  # what gold alignments index: words or tokens
         self.source_vocab: Vocabulary | None = None
         self.target_vocab: Vocabulary | None = None
         self.text: dict[str, ParallelText] = {}
@@ -102,6 +107,12 @@ class TranslationDataModule(pl.LightningDataModule):
                     f"({type(tok).__name__}); it was trained with other data.tokenizer settings"
                 )
             tok.load_state_dict(state[side])
+
+    def oracle(self, split: str):
+        """`oracle(i, prefix_ids)`: the right next target ids after any prefix of sentence i,
+        where the corpus knows them (the counting language); None otherwise."""
+        make = getattr(self.corpus, "oracle", None)
+        return None if make is None else make(self.text[split].sources, self.target_vocab.stoi)
 
     # ----------------------------------------------------------------- set-up
     def prepare_data(self) -> None:

@@ -42,6 +42,7 @@ class WhitespaceTokenizer:
     """For text that is already tokenised by single spaces (the toy corpus, pre-tokenised files)."""
 
     fingerprint = "whitespace"
+    splits_words = False  # its tokens are words: lengths and alignments count them
 
     def tokenize(self, text: str) -> list[str]:
         return text.split()
@@ -59,6 +60,8 @@ class MosesTokenizer:
     Tokens are not XML-escaped (Moses' default turns & into &amp;), so detokenised output
     compares with the raw references.
     """
+
+    splits_words = False
 
     def __init__(self, lang: str | None, aggressive_dash_splits: bool = False):
         from sacremoses import MosesDetokenizer
@@ -121,6 +124,8 @@ class SentencePieceTokenizer:
     run loads it); the model itself is a few hundred kB of bytes in `state_dict`, which the
     checkpoint stores. One instance used for both languages is a joint model.
     """
+
+    splits_words = True  # subword pieces: lengths and alignments count the raw words
 
     def __init__(
         self,

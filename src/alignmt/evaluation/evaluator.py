@@ -5,47 +5,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from alignmt.data.batching import Batch
 from alignmt.data.corpus import ParallelText
 from alignmt.evaluation.bleu import corpus_scores
+from alignmt.evaluation.results import Evaluation, SentenceResult, TestResults, test_results
 from alignmt.evaluation.unk import no_unk_mask
 from alignmt.special_tokens import EOS_ID, PAD_ID, UNK_ID
 from alignmt.translator import Translation, Translator
-
-
-@dataclass
-class SentenceResult:
-    """What evaluation keeps of one sentence until the corpus-level metrics are computed. It
-    owns its storage (no views of batch tensors), so gathering it across processes is cheap."""
-
-    index: int  # position in the split
-    translation: Translation  # the best one
-    forced_attention: np.ndarray | None = None  # teacher-forced, without [EOS] rows and columns
-    no_unk: Translation | None = None  # decoded with [UNK] forbidden, if in the No-UNK subset
-    exposure: tuple | None = None  # (reference, teacher-forced argmax, own output) ids
-
-
-@dataclass
-class Evaluation:
-    """One split's results: every sentence (from every process, in split order) and metrics."""
-
-    split: str
-    sentences: list[SentenceResult]
-    nll: float  # summed over the reference tokens
-    tokens: int
-    decode_seconds: float  # this process's decoding time
-    metrics: dict = field(default_factory=dict)
-
-    @property
-    def loss(self) -> float:
-        return self.nll / max(self.tokens, 1)
 
 
 class Evaluator:
@@ -53,9 +24,17 @@ class Evaluator:
     the metrics need. `detailed` (test) adds the paper's "No UNK" subset decoded with [UNK]
     forbidden, teacher-forced attention for alignment error and the exposure-bias probe."""
 
-    def __init__(self, translator: Translator, texts: Mapping[str, ParallelText]):
+    def __init__(
+        self,
+        translator: Translator,
+        texts: Mapping[str, ParallelText],
+        oracle: Callable[[str], Callable | None] | None = None,
+        alignment_unit: str = "words",
+    ):
         self.translator = translator
         self.texts = texts  # split name -> raw text (the data module's, filled at set-up)
+        self.oracle = oracle  # split -> the right next tokens after any prefix, if known
+        self.alignment_unit = alignment_unit  # what gold alignments index: words or tokens
         self.reset()
 
     def reset(self) -> None:
@@ -139,12 +118,23 @@ class Evaluator:
         self.reset()
         return evaluation
 
+    def validation_metrics(self, evaluation: Evaluation) -> dict[str, float]:
+        """val/loss (per reference token), val/ppl and val/bleu (sacrebleu, detokenised)."""
+        hypotheses = [s.translation.text for s in evaluation.sentences]
+        references = list(self.texts[evaluation.split].targets)
+        return {
+            "val/loss": evaluation.loss,
+            "val/ppl": math.exp(min(evaluation.loss, 100)),
+            "val/bleu": corpus_scores(hypotheses, references)["bleu"],
+        }
 
-def validation_metrics(evaluation: Evaluation, text: ParallelText) -> dict[str, float]:
-    """val/loss (per reference token), val/ppl and val/bleu (sacrebleu, detokenised)."""
-    hypotheses = [s.translation.text for s in evaluation.sentences]
-    return {
-        "val/loss": evaluation.loss,
-        "val/ppl": math.exp(min(evaluation.loss, 100)),
-        "val/bleu": corpus_scores(hypotheses, list(text.targets))["bleu"],
-    }
+    def test_results(self, evaluation: Evaluation) -> TestResults:
+        """Every test metric (`alignmt.evaluation.results.test_results`)."""
+        translator = self.translator
+        return test_results(
+            evaluation,
+            self.texts[evaluation.split],
+            (translator.source_tokenizer, translator.target_tokenizer),
+            self.oracle(evaluation.split) if self.oracle else None,
+            self.alignment_unit,
+        )

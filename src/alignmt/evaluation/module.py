@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from alignmt.data.batching import Batch
-from alignmt.evaluation.evaluator import Evaluation, Evaluator, validation_metrics
-from alignmt.evaluation.results import TestResults, test_results
+from alignmt.evaluation.evaluator import Evaluator
+from alignmt.evaluation.results import Evaluation, TestResults
 from alignmt.models.seq2seq import Seq2Seq
 
 
@@ -36,7 +36,7 @@ class EvaluationModule(pl.LightningModule):
         evaluation = self.evaluator.gather("valid")
         if self.trainer.sanity_checking:
             return
-        evaluation.metrics = validation_metrics(evaluation, self.evaluator.texts["valid"])
+        evaluation.metrics = self.evaluator.validation_metrics(evaluation)
         # Every process holds the same gathered value; sync_dist only says so.
         self.log_dict(evaluation.metrics, prog_bar=True, sync_dist=True)
         self.last_validation = evaluation
@@ -49,7 +49,7 @@ class EvaluationModule(pl.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         evaluation = self.evaluator.gather("test")
-        results = test_results(evaluation, self.evaluator.texts["test"])
+        results = self.evaluator.test_results(evaluation)
         results.details["global_step"] = self.global_step
         evaluation.metrics = results.metrics
         self.log_dict(results.metrics, sync_dist=True)

@@ -1,30 +1,68 @@
-"""Test metrics from an `Evaluation`, and the files of a run directory (hypotheses, BLEU by
-length, the exposure probe, heatmaps, metrics.json)."""
+"""What evaluation keeps of a split, the test metrics computed from it, and the files of a
+run directory (hypotheses, BLEU by length, the exposure probe, heatmaps, metrics.json)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from alignmt.atomic import write_text
 from alignmt.data.corpus import ParallelText
-from alignmt.evaluation.alignment import alignment_error_rate, hard_alignment, parse_pharaoh
+from alignmt.evaluation.alignment import (
+    alignment_error_rate,
+    hard_alignment,
+    parse_gold,
+    word_attention,
+)
 from alignmt.evaluation.bleu import corpus_scores
 from alignmt.evaluation.by_length import (
     bleu_by_length,
     bucket_metric_key,
+    source_lengths,
     write_bleu_by_length_csv,
 )
-from alignmt.evaluation.evaluator import Evaluation
 from alignmt.evaluation.exposure import ExposureCurves, exposure_curves
 from alignmt.evaluation.source_coverage import source_coverage_errors
 from alignmt.plots import plot_attention, plot_bleu_by_length, plot_exposure
+from alignmt.translator import Translation
 
 log = logging.getLogger(__name__)
+
+ALIGNMENT_UNITS = ("words", "tokens")  # what gold alignments index
+
+
+@dataclass
+class SentenceResult:
+    """What evaluation keeps of one sentence until the corpus-level metrics are computed. It
+    owns its storage (no views of batch tensors), so gathering it across processes is cheap."""
+
+    index: int  # position in the split
+    translation: Translation  # the best one
+    forced_attention: np.ndarray | None = None  # teacher-forced, without [EOS] rows and columns
+    no_unk: Translation | None = None  # decoded with [UNK] forbidden, if in the No-UNK subset
+    exposure: tuple | None = None  # (reference, teacher-forced argmax, own output) ids
+
+
+@dataclass
+class Evaluation:
+    """One split's results: every sentence (from every process, in split order) and metrics."""
+
+    split: str
+    sentences: list[SentenceResult]
+    nll: float  # summed over the reference tokens
+    tokens: int
+    decode_seconds: float  # this process's decoding time
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def loss(self) -> float:
+        return self.nll / max(self.tokens, 1)
 
 
 @dataclass
@@ -42,52 +80,107 @@ def spread_by_length(lengths: Sequence[int], k: int) -> list[int]:
     return [order[int((q + 0.5) / k * len(order))] for q in range(k)]
 
 
-def test_results(evaluation: Evaluation, text: ParallelText) -> TestResults:
-    """Every test metric, over all sentences (from every process), in split order."""
+def test_results(
+    evaluation: Evaluation,
+    text: ParallelText,
+    tokenizers: tuple,
+    oracle: Callable | None = None,
+    alignment_unit: str = "words",
+) -> TestResults:
+    """Every test metric, over all sentences (from every process), in split order.
+
+    `tokenizers` (source, target) give the paper's length unit, source words after
+    tokenisation, for BLEU by length, and bring token attention to the words that gold
+    alignments index (`alignment_unit="words"`; `"tokens"` where the gold indexes the model's
+    own tokens). `oracle(i, prefix)` gives the right next tokens after any prefix where the
+    corpus knows them (the exposure probe's own-prefix column)."""
     outputs = evaluation.sentences
     hypotheses = [o.translation.text for o in outputs]
     if len(hypotheses) != len(text):
         raise RuntimeError(f"decoded {len(hypotheses)} of {len(text)} test sentences")
-    scores = corpus_scores(hypotheses, list(text.targets))
-    rows = bleu_by_length(hypotheses, list(text.targets), [len(s.split()) for s in text.sources])
+    references = list(text.targets)
+    scores = corpus_scores(hypotheses, references)
+    unit, label = length_unit(tokenizers[0])
+    lengths = source_lengths(text.sources, tokenizers[0], unit)
+    rows = bleu_by_length(hypotheses, references, lengths, length_unit=label)
     metrics = {
         "test/bleu": scores["bleu"],
         "test/chrf": scores["chrf"],
         "test/loss": evaluation.loss,
         "test/ppl": math.exp(min(evaluation.loss, 100)),
+        **{
+            f"test/{bucket_metric_key(r['lo'], r['hi'])}": r["bleu"]
+            for r in rows
+            if r["bleu"] is not None
+        },
     }
-    for row in rows:
-        if row["bleu"] is not None:
-            metrics[f"test/{bucket_metric_key(row['lo'], row['hi'])}"] = row["bleu"]
     no_unk = [o for o in outputs if o.no_unk is not None]
     if no_unk:
-        references = [text.targets[o.index] for o in no_unk]
-        hyps = [o.no_unk.text for o in no_unk]
-        metrics["test/bleu_no_unk"] = corpus_scores(hyps, references)["bleu"]
+        hyps, refs = [o.no_unk.text for o in no_unk], [references[o.index] for o in no_unk]
+        metrics["test/bleu_no_unk"] = corpus_scores(hyps, refs)["bleu"]
     exposure = None
     if outputs[0].exposure is not None:
-        exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True))
+        exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True), oracle)
         metrics.update({f"test/exposure/{k}": v for k, v in exposure.summary().items()})
     if outputs[0].translation.attention is not None:  # source words skipped or repeated
         attention = (o.translation.attention[:-1, :-1] for o in outputs)
         metrics.update({f"test/{k}": v for k, v in source_coverage_errors(attention).items()})
-    if evaluation.decode_seconds > 0:  # this process's decoding time (all decode at once)
-        output_tokens = sum(len(o.translation.tokens) for o in outputs)
-        metrics["test/decode_sentences_per_sec"] = len(outputs) / evaluation.decode_seconds
-        metrics["test/decode_tokens_per_sec"] = output_tokens / evaluation.decode_seconds
+    metrics.update(_decoding_speed(evaluation))
     if text.alignments is not None and outputs[0].forced_attention is not None:
-        gold = [parse_pharaoh(a) for a in text.alignments]
-        for method in ("argmax", "threshold"):
-            predicted = [hard_alignment(o.forced_attention, method) for o in outputs]
-            key = "test/aer" if method == "argmax" else f"test/aer_{method}"
-            metrics[key] = alignment_error_rate(predicted, gold)
+        metrics.update(_alignment_errors(outputs, text, tokenizers, alignment_unit))
     details = {
         "bleu_signature": scores["bleu_signature"],
         "chrf_signature": scores["chrf_signature"],
+        "unk_note": scores["unk_note"],
+        "bleu_by_length_unit": label,
         "test_sentences": len(hypotheses),
         "no_unk_sentences": len(no_unk),
     }
+    if exposure is not None and exposure.note:
+        details["exposure_note"] = exposure.note
     return TestResults(metrics, details, rows, exposure)
+
+
+def length_unit(tokenizer) -> tuple[str, str]:
+    """Bahdanau et al. bucket by source words after tokenisation: a word-level tokeniser's
+    tokens; for subword models, the raw words the pieces come from. (unit, label)."""
+    if tokenizer.splits_words:
+        return "words", "source words (whitespace-separated; the model reads subword pieces)"
+    return "tokens", f"source words after tokenisation ({tokenizer.fingerprint})"
+
+
+def _decoding_speed(evaluation: Evaluation) -> dict[str, float]:
+    """This process's decoding speed (all processes decode at once)."""
+    if evaluation.decode_seconds <= 0:
+        return {}
+    outputs = evaluation.sentences
+    tokens = sum(len(o.translation.tokens) for o in outputs)
+    return {
+        "test/decode_sentences_per_sec": len(outputs) / evaluation.decode_seconds,
+        "test/decode_tokens_per_sec": tokens / evaluation.decode_seconds,
+    }
+
+
+def _alignment_errors(outputs, text: ParallelText, tokenizers, unit: str) -> dict[str, float]:
+    """AER (Och and Ney, sure and possible links) of teacher-forced attention, as argmax and
+    as threshold links, against the corpus's gold alignments."""
+    if unit not in ALIGNMENT_UNITS:
+        raise ValueError(f"alignment unit must be one of {ALIGNMENT_UNITS}, got {unit!r}")
+    gold = [parse_gold(line) for line in text.alignments]
+    attention = [o.forced_attention for o in outputs]
+    if unit == "words":
+        source, target = tokenizers
+        attention = [
+            word_attention(a, target.word_ids(text.targets[i]), source.word_ids(text.sources[i]))
+            for i, a in enumerate(attention)
+        ]
+    sure, possible = zip(*gold, strict=True)
+    metrics = {}
+    for method in ("argmax", "threshold"):
+        predicted = [hard_alignment(a, method) for a in attention]
+        key = "test/aer" if method == "argmax" else f"test/aer_{method}"
+        metrics[key] = alignment_error_rate(predicted, sure, possible)
+    return metrics
 
 
 def write_test_files(

@@ -1,0 +1,169 @@
+"""The training data order through real Lightning runs: new batches every epoch, and a run
+resumed from a checkpoint trains on exactly the batches an uninterrupted run would have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from alignmt.data import ToyCorpus, TranslationDataModule
+
+
+class Recorder(pl.LightningModule):
+    """Trains a tiny linear layer and records every batch it trains on, as `indices` lists
+    (streamed batches, whose indices restart in every pool, by their source rows instead)."""
+
+    def __init__(self, out: Path | None = None):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.seen: list[list] = []
+        self.out = out
+
+    def training_step(self, batch, batch_idx):
+        if isinstance(batch.position, tuple) and len(batch.position) == 2:
+            self.seen.append(batch.indices.tolist())
+        else:
+            self.seen.append([row[row != 0].tolist() for row in batch.src])
+        x = batch.src.float().mean(1, keepdim=True)
+        return self.layer(x).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def on_train_end(self):
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+class StreamedToy:
+    """The toy corpus with its training split streamed from `shards` shards."""
+
+    def __init__(self, corpus: ToyCorpus, shards: int):
+        self.corpus, self.shards = corpus, shards
+
+    def load(self, split):
+        return self.corpus.load(split)
+
+    def stream(self, split):
+        text = self.corpus.load(split)
+        pairs = datasets.Dataset.from_dict({"source": text.sources, "target": text.targets})
+        return pairs.to_iterable_dataset(num_shards=self.shards)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("toy")
+    return ToyCorpus(cache_dir=str(cache), train_size=200, valid_per_bucket=1, test_per_bucket=1)
+
+
+def datamodule(toy, stream_shards: int | None = None, **options) -> TranslationDataModule:
+    corpus = toy if stream_shards is None else StreamedToy(toy, stream_shards)
+    settings = dict(batch_size=16, pool_batches=4, max_length=None, cache_dir=toy.cache_dir)
+    if stream_shards is not None:
+        settings.update(batch_size=8, pool_batches=3)  # pools of 24 pairs: several per pass
+    dm = TranslationDataModule(corpus, **{**settings, **options})
+    dm.prepare_data()
+    return dm
+
+
+def trainer(tmp_path=None, every: int | None = None, **options) -> pl.Trainer:
+    callbacks = []
+    if every is not None:
+        callbacks.append(
+            ModelCheckpoint(tmp_path, "{step}", every_n_train_steps=every, save_top_k=-1)
+        )
+    settings = dict(
+        max_epochs=-1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(callbacks),
+        callbacks=callbacks,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
+    return pl.Trainer(**{**settings, **options})
+
+
+def fit(toy, dm_options: dict, ckpt_path=None, **trainer_options) -> list[list]:
+    model = Recorder()
+    trainer(**trainer_options).fit(
+        model, datamodule=datamodule(toy, **dm_options), ckpt_path=ckpt_path
+    )
+    return model.seen
+
+
+def test_every_epoch_covers_the_training_pairs_once_in_a_new_order(toy):
+    dm = datamodule(toy, seed=3)
+    model = Recorder()
+    trainer(max_epochs=3).fit(model, datamodule=dm)
+    per_epoch = len(dm.train_dataloader())
+    assert len(model.seen) == 3 * per_epoch
+    epochs = [model.seen[e * per_epoch : (e + 1) * per_epoch] for e in range(3)]
+    for batches in epochs:
+        assert sorted(i for batch in batches for i in batch) == list(range(len(dm.pairs["train"])))
+    assert epochs[0] != epochs[1] != epochs[2] != epochs[0]
+    assert fit(toy, dict(seed=3), max_epochs=3) == model.seen  # the same seed, the same order
+    assert fit(toy, dict(seed=4), max_epochs=1) != epochs[0]
+
+
+RESUMES = {
+    # name: (datamodule options, steps, checkpoint step, trainer options)
+    "mid-epoch": ({}, 30, 5, {}),
+    "end of epoch": ({}, 30, 13, {}),  # 200 pairs in batches of 16: 13 per epoch
+    "token budget": ({"max_tokens": 400}, 30, 7, {}),
+    "workers": ({"num_workers": 2}, 20, 4, {}),
+    "stream": ({"stream_shards": 2}, 45, 11, {}),  # over 2 passes of 25 batches
+    "stream, workers": ({"stream_shards": 3, "num_workers": 2}, 45, 9, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUMES))
+def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(toy, tmp_path, case):
+    dm_options, steps, at, options = RESUMES[case]
+    straight = fit(toy, dm_options, max_steps=steps, tmp_path=tmp_path, every=at, **options)
+    assert len(straight) == steps
+    ckpt = tmp_path / f"step={at}.ckpt"
+    resumed = fit(toy, dm_options, ckpt_path=ckpt, max_steps=steps, **options)
+    assert straight[:at] + resumed == straight
+
+
+def test_an_end_of_epoch_checkpoint_resumes_with_the_next_epoch(toy, tmp_path):
+    """Epoch-based training: Lightning does not hand a finished epoch's loader state back."""
+    callback = ModelCheckpoint(tmp_path, "{epoch}", save_on_train_epoch_end=True, save_top_k=-1)
+    model = Recorder()
+    trainer(max_epochs=3, callbacks=[callback], enable_checkpointing=True).fit(
+        model, datamodule=datamodule(toy, num_workers=1)
+    )
+    resumed = fit(toy, {"num_workers": 1}, ckpt_path=tmp_path / "epoch=0.ckpt", max_epochs=3)
+    assert len(model.seen) == 39 and model.seen[13:] == resumed
+
+
+def test_ddp_ranks_get_disjoint_shares_that_change_every_epoch(toy, tmp_path):
+    dm = datamodule(toy, seed=2)
+    model = Recorder(out=tmp_path)
+    trainer(max_epochs=2, strategy="ddp_spawn", devices=2).fit(model, datamodule=dm)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    per_epoch = len(ranks[0]) // 2
+    assert len(ranks[0]) == len(ranks[1]) == 2 * per_epoch and per_epoch >= 5
+    everything = set(range(len(dm.pairs["train"])))
+    for epoch in (0, 1):
+        shares = [
+            {i for b in r[epoch * per_epoch : (epoch + 1) * per_epoch] for i in b} for r in ranks
+        ]
+        assert not shares[0] & shares[1]
+        assert len(everything - shares[0] - shares[1]) <= 16  # one batch cut for evenness
+    assert ranks[0][:per_epoch] != ranks[0][per_epoch:]
+    assert {i for b in ranks[0][:per_epoch] for i in b} != {
+        i for b in ranks[0][per_epoch:] for i in b
+    }

@@ -167,3 +167,21 @@ def test_ddp_ranks_get_disjoint_shares_that_change_every_epoch(toy, tmp_path):
     assert {i for b in ranks[0][:per_epoch] for i in b} != {
         i for b in ranks[0][per_epoch:] for i in b
     }
+
+
+@pytest.mark.parametrize("stream_shards", [None, 2], ids=["loaded", "stream"])
+def test_ddp_ranks_resume_their_own_shares(toy, tmp_path, stream_shards):
+    """Only rank 0 writes the checkpoint; every rank must go on with its own share."""
+
+    def run(out: Path, ckpt_path=None, **options) -> list[list]:
+        model = Recorder(out=out)
+        dm = datamodule(toy, stream_shards, seed=5, max_length=40)  # ranks drop different pairs
+        ddp = trainer(max_steps=14, strategy="ddp_spawn", devices=2, **options)
+        ddp.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+    straight = run(tmp_path / "straight", tmp_path=tmp_path, every=5)
+    resumed = run(tmp_path / "resumed", ckpt_path=tmp_path / "step=5.ckpt")
+    assert straight[0] != straight[1]
+    for rank in (0, 1):
+        assert straight[rank][:5] + resumed[rank] == straight[rank]

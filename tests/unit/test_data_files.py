@@ -4,12 +4,14 @@ import gzip
 import logging
 from pathlib import Path
 
+import datasets
 import pytest
 
 from alignmt.config import ConfigError, instantiate
 from alignmt.data import (
     DataUnavailableError,
     Multi30kCorpus,
+    ParallelText,
     TextFilesCorpus,
     TranslationDataModule,
     WhitespaceTokenizer,
@@ -107,6 +109,25 @@ def test_an_empty_file_is_named_and_said_to_have_no_pairs(tmp_path, split):
     assert str(error.value) == (
         f"the {split} data {files['source']} / {files['target']} has no sentence pairs"
     )
+
+
+def no_rows():
+    yield from ()
+
+
+def test_an_empty_training_stream_is_an_error(tmp_path):
+    class EmptyStream:
+        path = "hub/nothing"
+
+        def load(self, split):
+            return ParallelText(["a"], ["b"], origin=split)
+
+        def stream(self, split):
+            return datasets.IterableDataset.from_generator(no_rows)
+
+    dm = TranslationDataModule(EmptyStream(), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="training stream of hub/nothing has no sentence pairs"):
+        dm.setup("fit")
 
 
 def test_training_pairs_longer_than_max_length_are_dropped_and_test_is_untouched(tmp_path):

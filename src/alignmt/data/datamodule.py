@@ -36,6 +36,11 @@ class TranslationDataModule(pl.LightningDataModule):
     `load_tokenizer_state`). Tokenised and encoded splits are cached under `cache_dir`.
     A training split that a corpus streams (`corpus.stream("train")`) is read as it goes;
     its tokenisers and vocabularies are fitted on its first `stream_sample_size` pairs.
+
+    The training loader is reshuffled every epoch and resumable: Lightning checkpoints its
+    place in the data order, counted in the batches training has taken (this module's
+    `on_after_batch_transfer` reports each one), so a resumed run trains on the batches an
+    uninterrupted one would have.
     """
 
     def __init__(
@@ -164,7 +169,8 @@ class TranslationDataModule(pl.LightningDataModule):
         """The first pairs of a streamed training split, for fitting tokenisers and vocabularies."""
         rows = list(islice(self.train_stream, self.stream_sample_size))
         if not rows:
-            raise ValueError(f"the training stream of {self.corpus!r} has no sentence pairs")
+            where = getattr(self.corpus, "path", None) or type(self.corpus).__name__
+            raise ValueError(f"the training stream of {where} has no sentence pairs")
         log.info(
             "streamed training data: tokenisers and vocabularies from its first %d pairs", len(rows)
         )

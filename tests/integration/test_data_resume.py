@@ -10,7 +10,7 @@ import datasets
 import pytest
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint, OnExceptionCheckpoint
 
 from alignmt.data import ToyCorpus, TranslationDataModule
 
@@ -136,6 +136,48 @@ def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(toy, tmp_pa
     ckpt = tmp_path / f"step={at}.ckpt"
     resumed = fit(toy, dm_options, ckpt_path=ckpt, max_steps=steps, **options)
     assert straight[:at] + resumed == straight
+
+
+class Validated(Recorder):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", float(self.global_step), batch_size=len(batch))
+
+
+def test_a_checkpoint_written_by_a_validation_in_mid_epoch_resumes_after_its_step(toy, tmp_path):
+    """The best-model checkpoint: written at the end of a validation, not of a training step."""
+    best = ModelCheckpoint(tmp_path, "{step}", monitor="val_loss", mode="max", save_top_k=-1)
+    options = dict(max_steps=30, val_check_interval=5, check_val_every_n_epoch=None)
+    straight = Validated()
+    trainer(callbacks=[best], enable_checkpointing=True, limit_val_batches=1, **options).fit(
+        straight, datamodule=datamodule(toy)
+    )
+    resumed = Validated()
+    trainer(limit_val_batches=1, **options).fit(
+        resumed, datamodule=datamodule(toy), ckpt_path=tmp_path / "step=5.ckpt"
+    )
+    assert len(straight.seen) == 30 and straight.seen[:5] + resumed.seen == straight.seen
+
+
+class FailingStep(Recorder):
+    def training_step(self, batch, batch_idx):
+        if self.global_step == 6:
+            raise RuntimeError("the seventh step fails")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("stream_shards", [None, 2], ids=["loaded", "stream"])
+def test_a_step_that_fails_is_trained_again_on_resume(toy, tmp_path, stream_shards):
+    """The checkpoint written as a training step fails: its batch was taken, not trained on."""
+    straight = fit(toy, {"stream_shards": stream_shards}, max_steps=20)
+    failed = FailingStep()
+    saved = OnExceptionCheckpoint(tmp_path, "interrupted")
+    with pytest.raises(RuntimeError, match="seventh step"):
+        trainer(max_steps=20, callbacks=[saved], enable_checkpointing=True).fit(
+            failed, datamodule=datamodule(toy, stream_shards)
+        )
+    interrupted = tmp_path / "interrupted.ckpt"
+    resumed = fit(toy, {"stream_shards": stream_shards}, ckpt_path=interrupted, max_steps=20)
+    assert len(failed.seen) == 6 and failed.seen + resumed == straight
 
 
 def test_an_end_of_epoch_checkpoint_resumes_with_the_next_epoch(toy, tmp_path):

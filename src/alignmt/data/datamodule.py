@@ -284,7 +284,12 @@ class TranslationDataModule(pl.LightningDataModule):
                 rank=rank,
                 num_workers=self.num_workers,
             )
-            return ResumableLoader(batches, seed=self.seed, num_workers=self.num_workers)
+            return ResumableLoader(
+                batches,
+                seed=self.seed,
+                num_workers=self.num_workers,
+                trained=self._trained_on_last_taken,
+            )
         pairs = self.pairs[split]
         sampler = LengthBucketSampler(
             pairs.lengths(),
@@ -297,7 +302,13 @@ class TranslationDataModule(pl.LightningDataModule):
             rank=rank,
         )
         if train:
-            return ResumableLoader(pairs, sampler, seed=self.seed, num_workers=self.num_workers)
+            return ResumableLoader(
+                pairs,
+                sampler,
+                seed=self.seed,
+                num_workers=self.num_workers,
+                trained=self._trained_on_last_taken,
+            )
         return evaluation_loader(pairs, sampler, self.seed, self.num_workers)
 
     def train_dataloader(self) -> ResumableLoader:
@@ -317,7 +328,14 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Lightning calls this as training takes a batch, after all fetching ahead: the
-        training loader counts it as consumed, which is where a checkpoint resumes."""
+        training loader counts it, which is where a checkpoint resumes."""
         if self._train_loader is not None and self.trainer is not None and self.trainer.training:
-            self._train_loader.consumed(batch)
+            self._train_loader.taken(batch)
         return batch
+
+    def _trained_on_last_taken(self) -> bool:
+        """Whether Lightning has finished the training step of the batch it took last."""
+        if self.trainer is None:
+            return True
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        return progress.processed == progress.ready

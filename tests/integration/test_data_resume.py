@@ -13,6 +13,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint, OnExceptionCheckpoint
 
 from alignmt.data import ToyCorpus, TranslationDataModule
+from alignmt.data.streaming import StreamPosition
 
 
 class Recorder(pl.LightningModule):
@@ -26,10 +27,10 @@ class Recorder(pl.LightningModule):
         self.out = out
 
     def training_step(self, batch, batch_idx):
-        if isinstance(batch.position, tuple) and len(batch.position) == 2:
-            self.seen.append(batch.indices.tolist())
-        else:
+        if isinstance(batch.position, StreamPosition):
             self.seen.append([row[row != 0].tolist() for row in batch.src])
+        else:
+            self.seen.append(batch.indices.tolist())
         x = batch.src.float().mean(1, keepdim=True)
         return self.layer(x).pow(2).mean()
 

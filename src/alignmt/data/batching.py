@@ -162,9 +162,9 @@ class LengthBucketSampler(Sampler[list[int]]):
     steps). An epoch's batches are built once, as arrays, and kept until the epoch changes.
 
     Training batches come as `BatchIndices` that know their (epoch, batch) position. The
-    sampler remembers the batch training last `consumed`; iteration goes on after it, an epoch
-    whose batches were all consumed is followed by the next, and `state_dict` /
-    `load_state_dict` carry that place across a restart.
+    sampler remembers the last batch training `consumed`; iteration goes on after it, an epoch
+    consumed to its end is followed by the next, and `state_dict` / `load_state_dict` carry
+    that place across a restart.
     """
 
     def __init__(
@@ -204,7 +204,7 @@ class LengthBucketSampler(Sampler[list[int]]):
             self.epoch, self._next = epoch, 0
 
     def consumed(self, position: tuple[int, int]) -> None:
-        """Training has taken batch `position` = (epoch, batch): a restart goes on after it."""
+        """Training is done with batch `position` = (epoch, batch): a restart goes on after it."""
         self.epoch, self._next = position[0], position[1] + 1
 
     def _layout(self) -> dict:

@@ -91,7 +91,7 @@ class StreamedBatches(IterableDataset):
 
     # ------------------------------------------------------------- where training is
     def consumed(self, position: StreamPosition) -> None:
-        """Training has taken the batch at `position`: a restart goes on after it."""
+        """Training is done with the batch at `position`: a restart goes on after it."""
         self.places[position.worker] = (
             position.epoch,
             position.pool,

@@ -4,17 +4,19 @@ import gzip
 import logging
 from pathlib import Path
 
+import datasets
 import pytest
 
 from alignmt.config import ConfigError, instantiate
 from alignmt.data import (
     DataUnavailableError,
     Multi30kCorpus,
+    ParallelText,
     TextFilesCorpus,
     TranslationDataModule,
     WhitespaceTokenizer,
 )
-from alignmt.data.corpus import read_lines, read_parallel_files
+from alignmt.data.corpus import SPLITS, read_lines, read_parallel_files
 from tests.conftest import compose_config
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -94,6 +96,38 @@ def test_empty_lines_leave_training_with_a_count_and_stay_in_test(tmp_path, capl
     assert dm.text["test"].sources == ["a b", "", "c"] and len(dm.pairs["test"]) == 3
     batch = next(iter(dm.test_dataloader()))
     assert sorted(batch.indices.tolist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_an_empty_file_is_named_and_said_to_have_no_pairs(tmp_path, split):
+    pairs = (["a b", "c"], ["x", "y z"])
+    corpus = files_corpus(tmp_path, *([([], []) if s == split else pairs for s in SPLITS]))
+    dm = TranslationDataModule(corpus, WhitespaceTokenizer(), cache_dir=str(tmp_path / "cache"))
+    files = corpus.files[split]
+    with pytest.raises(ValueError) as error:
+        dm.setup("fit")
+    assert str(error.value) == (
+        f"the {split} data {files['source']} / {files['target']} has no sentence pairs"
+    )
+
+
+def no_rows():
+    yield from ()
+
+
+def test_an_empty_training_stream_is_an_error(tmp_path):
+    class EmptyStream:
+        path = "hub/nothing"
+
+        def load(self, split):
+            return ParallelText(["a"], ["b"], origin=split)
+
+        def stream(self, split):
+            return datasets.IterableDataset.from_generator(no_rows)
+
+    dm = TranslationDataModule(EmptyStream(), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="training stream of hub/nothing has no sentence pairs"):
+        dm.setup("fit")
 
 
 def test_training_pairs_longer_than_max_length_are_dropped_and_test_is_untouched(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -15,13 +14,16 @@ from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 @dataclass
 class Batch:
-    """Padded tensors of one batch. `indices` point back into the split, to restore order."""
+    """Padded tensors of one batch. `indices` point back into the split, to restore order;
+    `position` says where a training batch stands in its loader's order (None otherwise), so
+    that a checkpoint can record how far training has got."""
 
     src: torch.Tensor  # [B, S] source ids ending in [EOS]
     src_lengths: torch.Tensor  # [B] (on CPU, as packing wants)
     tgt_in: torch.Tensor  # [B, T] [BOS] y_1 .. y_n   (decoder input)
     tgt_out: torch.Tensor  # [B, T] y_1 .. y_n [EOS]  (prediction targets)
     indices: torch.Tensor  # [B]
+    position: tuple | None = None
 
     def __len__(self) -> int:
         return self.src.size(0)
@@ -38,6 +40,7 @@ class Batch:
             self.tgt_in.to(device),
             self.tgt_out.to(device),
             self.indices,
+            self.position,
         )
 
     def select(self, rows: list[int]) -> Batch:
@@ -154,15 +157,38 @@ def collate(items) -> Batch:
     return Batch(src, src_lengths, tgt_in, tgt_out, torch.tensor(indices, dtype=torch.long))
 
 
+class PairBatches(Dataset):
+    """Whole batches as items: a sampler's `BatchIndices` in, their collated `Batch` out.
+
+    With this as a DataLoader's dataset (and `batch_size=None`), the batch order is the
+    loader's `sampler`, where Lightning's per-epoch `set_epoch` reaches it, and a batch built
+    in a worker process still carries its position.
+    """
+
+    def __init__(self, pairs: EncodedPairs):
+        self.pairs = pairs
+
+    def __getitem__(self, indices: BatchIndices) -> Batch:
+        batch = collate([self.pairs[i] for i in indices])
+        batch.position = getattr(indices, "position", None)
+        return batch
+
+
 class LengthBucketSampler(Sampler[list[int]]):
     """Yields batches of indices of similar length.
 
     Training: shuffle, sort within pools of `pool_batches` batches, cut into batches, shuffle the
-    batches; reseeded every epoch (`set_epoch`), so runs are reproducible. Evaluation
-    (`shuffle=False`): sorted by length. A batch holds `batch_size` pairs or, when `max_tokens`
-    is set, as many as fit in `max_tokens` padded tokens. Under DDP each rank takes every
-    `world_size`-th batch (training batches are cut to a multiple of `world_size` so all ranks
-    run the same number of steps).
+    batches; the order is a function of `seed` and the epoch (`set_epoch`), so runs are
+    reproducible. Evaluation (`shuffle=False`): sorted by length. A batch holds `batch_size`
+    pairs or, when `max_tokens` is set, as many as fit in `max_tokens` padded tokens (its
+    longest pair times its size). Under DDP each rank takes every `world_size`-th batch
+    (training batches are cut to a multiple of `world_size` so all ranks run the same number of
+    steps). An epoch's batches are built once, as arrays, and kept until the epoch changes.
+
+    Training batches come as `BatchIndices` that know their (epoch, batch) position. The
+    sampler remembers the last batch training `consumed`; iteration goes on after it, an epoch
+    consumed to its end is followed by the next, and `state_dict` / `load_state_dict` carry
+    that place across a restart.
     """
 
     def __init__(
@@ -187,67 +213,178 @@ class LengthBucketSampler(Sampler[list[int]]):
         self.world_size = world_size
         self.rank = rank
         self.epoch = 0
+        self._next = 0  # the first batch of the epoch that training has not consumed
+        self._built: tuple | None = None  # (key, order, starts, ends) of the current epoch
         if max_tokens is not None and len(self.lengths) and self.lengths.max() > max_tokens:
             raise ValueError(
                 f"max_tokens={max_tokens} (data.max_tokens) is smaller than the longest pair "
                 f"({self.lengths.max()} tokens with [EOS]): raise it or lower data.max_length"
             )
 
+    # ------------------------------------------------------------- where training is
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """Lightning calls this as every epoch starts; a new epoch starts at its first batch."""
+        if epoch != self.epoch:
+            self.epoch, self._next = epoch, 0
 
-    def _cut(self, order: np.ndarray) -> list[list[int]]:
-        if self.max_tokens is None:
-            return [
-                order[i : i + self.batch_size].tolist()
-                for i in range(0, len(order), self.batch_size)
-            ]
-        batches, start, longest = [], 0, 0
-        for pos, idx in enumerate(order):
-            longest_with = max(longest, self.lengths[idx])
-            if pos > start and longest_with * (pos - start + 1) > self.max_tokens:
-                batches.append(order[start:pos].tolist())
-                start, longest_with = pos, self.lengths[idx]
-            longest = longest_with
-        if start < len(order):
-            batches.append(order[start:].tolist())
-        return batches
+    def consumed(self, position: tuple[int, int]) -> None:
+        """Training is done with batch `position` = (epoch, batch): a restart goes on after it."""
+        self.epoch, self._next = position[0], position[1] + 1
 
-    def _batches(self) -> list[list[int]]:
+    def _layout(self) -> dict:
+        """What the batches' positions mean: a checkpoint only fits the same layout."""
+        return {
+            "pairs": len(self.lengths),
+            "batch_size": self.batch_size,
+            "max_tokens": self.max_tokens,
+            "pool_batches": self.pool_batches,
+            "world_size": self.world_size,
+        }
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed, **self._layout()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The checkpoint's seed and place, unless Lightning has already announced a later epoch
+        (a checkpoint written at the end of an epoch)."""
+        different = [
+            f"{key} {state.get(key)!r} in the checkpoint, {value!r} now"
+            for key, value in self._layout().items()
+            if state.get(key) != value
+        ]
+        if different:
+            raise ValueError(
+                "cannot resume the training batches: " + "; ".join(different) + ". Resume with "
+                "the data settings and number of processes the checkpoint was trained with"
+            )
+        self.seed = state["seed"]
+        if (state["epoch"], state["next_batch"]) > (self.epoch, self._next):
+            self.epoch, self._next = state["epoch"], state["next_batch"]
+
+    @property
+    def varies_by_epoch(self) -> bool:
+        """Whether the number of batches can change from one epoch to the next (a token budget)."""
+        return self.shuffle and self.max_tokens is not None
+
+    # ---------------------------------------------------------------- the batches
+    def _epoch_batches(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This rank's batches: batch k is order[starts[k]:ends[k]]."""
+        key = (self.seed, self.epoch) if self.shuffle else None
+        if self._built is None or self._built[0] != key:
+            self._built = (key, *self._build())
+        return self._built[1:]
+
+    def _build(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(self.lengths)
         if not self.shuffle:
-            batches = self._cut(np.argsort(self.lengths, kind="stable"))
-            return self._even(batches)[self.rank :: self.world_size]
+            order = np.argsort(self.lengths, kind="stable")
+            bounds = self._even(self._cut(order, max(n, 1)))
+            return (
+                order,
+                bounds[:-1][self.rank :: self.world_size],
+                bounds[1:][self.rank :: self.world_size],
+            )
         rng = np.random.default_rng((self.seed, self.epoch))
-        order = rng.permutation(len(self.lengths))
+        order = rng.permutation(n)
         pool = self.batch_size * self.pool_batches
-        batches = []
-        for start in range(0, len(order), pool):
+        for start in range(0, n, pool):
             chunk = order[start : start + pool]
-            batches += self._cut(chunk[np.argsort(self.lengths[chunk], kind="stable")])
-        rng.shuffle(batches)
-        usable = len(batches) - len(batches) % self.world_size
-        return batches[self.rank : usable : self.world_size]
+            chunk[:] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        bounds = self._cut(order, pool)
+        shuffled = np.arange(len(bounds) - 1)
+        rng.shuffle(shuffled)
+        usable = len(shuffled) - len(shuffled) % self.world_size
+        mine = shuffled[self.rank : usable : self.world_size]
+        return order, bounds[mine], bounds[mine + 1]
 
-    def _even(self, batches: list[list[int]]) -> list[list[int]]:
+    def _cut(self, order: np.ndarray, pool: int) -> np.ndarray:
+        """Batch offsets into `order`, whose consecutive pools of `pool` pairs are each sorted by
+        length and cut separately: batch k is order[bounds[k]:bounds[k + 1]]."""
+        n = len(order)
+        pool_starts = np.arange(0, n, pool)
+        pool_ends = np.minimum(pool_starts + pool, n)
+        if self.max_tokens is None:
+            counts = -(-(pool_ends - pool_starts) // self.batch_size)
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            starts = np.repeat(pool_starts, counts) + self.batch_size * (
+                np.arange(counts.sum()) - first
+            )
+        else:
+            starts = _budget_starts(self.lengths[order], pool_starts, pool_ends, self.max_tokens)
+        return np.append(starts, n)
+
+    def _even(self, bounds: np.ndarray) -> np.ndarray:
         """Evaluation under DDP: split the largest batches until every rank gets the same,
         non-zero number of them (a rank without batches would never join the gathering of
-        hypotheses at the end of the epoch)."""
-        if len(self.lengths) < self.world_size:
+        hypotheses at the end of the epoch). No sentences at all with one process: no batches."""
+        if self.world_size > 1 and len(self.lengths) < self.world_size:
             raise ValueError(
                 f"{len(self.lengths)} evaluation sentences cannot be shared by "
                 f"{self.world_size} processes"
             )
-        while len(batches) % self.world_size:
-            largest = max(range(len(batches)), key=lambda i: len(batches[i]))
-            batch = batches.pop(largest)
-            half = len(batch) // 2
-            batches[largest:largest] = [batch[:half], batch[half:]]
-        return batches
+        while (len(bounds) - 1) % self.world_size:
+            sizes = np.diff(bounds)
+            largest = int(np.argmax(sizes))
+            bounds = np.insert(bounds, largest + 1, bounds[largest] + sizes[largest] // 2)
+        return bounds
 
-    def __iter__(self) -> Iterator[list[int]]:
-        yield from self._batches()
+    def __iter__(self) -> Iterator[BatchIndices]:
+        order, starts, ends = self._epoch_batches()
+        if self.shuffle and len(starts) and self._next >= len(starts):
+            self.epoch, self._next = self.epoch + 1, 0
+            order, starts, ends = self._epoch_batches()
+        epoch = self.epoch if self.shuffle else None
+        return _batch_indices(order, starts, ends, epoch, self._next if self.shuffle else 0)
 
     def __len__(self) -> int:
-        if self.max_tokens is None and self.shuffle:
-            return math.ceil(len(self.lengths) / self.batch_size) // self.world_size
-        return len(self._batches())
+        return len(self._epoch_batches()[1])
+
+
+class BatchIndices(list):
+    """One batch's indices into its split; for training, also its (epoch, batch) position, so
+    that the batch built from it can say which batch training has reached."""
+
+    def __init__(self, indices=(), position: tuple[int, int] | None = None):
+        super().__init__(indices)
+        self.position = position
+
+
+def _batch_indices(order, starts, ends, epoch: int | None, first: int) -> Iterator[BatchIndices]:
+    for k in range(first, len(starts)):
+        position = None if epoch is None else (epoch, k)
+        yield BatchIndices(order[starts[k] : ends[k]].tolist(), position)
+
+
+def _budget_starts(
+    lengths: np.ndarray, pool_starts: np.ndarray, pool_ends: np.ndarray, max_tokens: int
+) -> np.ndarray:
+    """Where each batch starts when every pool (its `lengths` sorted) is cut greedily: a batch
+    takes the next pairs while its longest pair times its size fits in `max_tokens`.
+
+    All pools advance together, one batch per step, so the work is in numpy, not per pair.
+    """
+    found = []
+    start, end = pool_starts, pool_ends
+    while len(start):
+        found.append(start)
+        start = _batch_ends(lengths, start, end, max_tokens)
+        more = start < end
+        start, end = start[more], end[more]
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+
+
+def _batch_ends(lengths, start, end, max_tokens) -> np.ndarray:
+    """For batches beginning at `start` (sorted pools ending at `end`): the first pair that no
+    longer fits. Binary search over every batch at once; a pair at least as long as the first
+    one bounds the batch at max_tokens // lengths[start] pairs."""
+    first = lengths[start]
+    room = np.where(first > 0, max_tokens // np.maximum(first, 1), end - start)
+    lo, hi = start + 1, np.minimum(end, start + np.maximum(room, 1))
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = np.where(open_, (lo + hi) // 2, start)
+        fits = lengths[mid] * (mid - start + 1) <= max_tokens
+        lo = np.where(open_ & fits, mid + 1, lo)
+        hi = np.where(open_ & ~fits, mid, hi)

@@ -13,8 +13,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from alignmt.data import encoding
-from alignmt.data.batching import EncodedPairs, LengthBucketSampler, collate
+from alignmt.data.batching import EncodedPairs, LengthBucketSampler
 from alignmt.data.corpus import ParallelText
+from alignmt.data.loader import ResumableLoader, evaluation_loader
 from alignmt.data.streaming import PairEncoder, StreamedBatches
 from alignmt.data.tokenizers import WhitespaceTokenizer
 from alignmt.data.vocab import Vocabulary
@@ -38,6 +39,11 @@ class TranslationDataModule(pl.LightningDataModule):
     `alignment_unit` says what the corpus's gold alignments index: the raw text's
     whitespace-separated `words` (attention over subwords or Moses tokens is summed into them
     before AER is taken) or the tokeniser's `tokens`.
+
+    The training loader is reshuffled every epoch and resumable: Lightning checkpoints its
+    place in the data order, counted in the batches training has taken (this module's
+    `on_after_batch_transfer` reports each one), so a resumed run trains on the batches an
+    uninterrupted one would have.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.text: dict[str, ParallelText] = {}
         self.pairs: dict[str, EncodedPairs] = {}
         self.train_stream = None  # a datasets.IterableDataset when the corpus streams training
+        self._train_loader: ResumableLoader | None = None
 
     # ------------------------------------------------------------ checkpoints
     def set_vocabularies(self, source: Vocabulary, target: Vocabulary) -> None:
@@ -131,6 +138,9 @@ class TranslationDataModule(pl.LightningDataModule):
         if self.train_stream is not None and "train" in todo:
             todo.remove("train")  # read as training goes; only its first pairs are fitted on
         texts = {split: self._text(split) for split in todo}
+        for split, text in texts.items():
+            if not len(text):
+                raise ValueError(f"the {split} data {text.origin} has no sentence pairs")
         if self.source_vocab is None:
             if self.train_stream is not None:
                 texts["train"] = self._stream_sample()
@@ -169,6 +179,9 @@ class TranslationDataModule(pl.LightningDataModule):
     def _stream_sample(self) -> ParallelText:
         """The first pairs of a streamed training split, for fitting tokenisers and vocabularies."""
         rows = list(islice(self.train_stream, self.stream_sample_size))
+        if not rows:
+            where = getattr(self.corpus, "path", None) or type(self.corpus).__name__
+            raise ValueError(f"the training stream of {where} has no sentence pairs")
         log.info(
             "streamed training data: tokenisers and vocabularies from its first %d pairs", len(rows)
         )
@@ -280,8 +293,14 @@ class TranslationDataModule(pl.LightningDataModule):
                 seed=self.seed,
                 world_size=world_size,
                 rank=rank,
+                num_workers=self.num_workers,
             )
-            return DataLoader(batches, batch_size=None, num_workers=self.num_workers)
+            return ResumableLoader(
+                batches,
+                seed=self.seed,
+                num_workers=self.num_workers,
+                trained=self._trained_on_last_taken,
+            )
         pairs = self.pairs[split]
         sampler = LengthBucketSampler(
             pairs.lengths(),
@@ -293,19 +312,41 @@ class TranslationDataModule(pl.LightningDataModule):
             world_size=world_size,
             rank=rank,
         )
-        return DataLoader(
-            pairs,
-            batch_sampler=sampler,
-            collate_fn=collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        if train:
+            return ResumableLoader(
+                pairs,
+                sampler,
+                seed=self.seed,
+                num_workers=self.num_workers,
+                trained=self._trained_on_last_taken,
+            )
+        return evaluation_loader(pairs, sampler, self.seed, self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+    def train_dataloader(self) -> ResumableLoader:
+        """Starts in the epoch Lightning is about to run (it calls `set_epoch` only after it
+        has created the first iterator, which may already be fetching)."""
+        loader = self._loader("train", train=True)
+        if self.trainer is not None:
+            loader.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+        self._train_loader = loader
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid", train=False)
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", train=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Lightning calls this as training takes a batch, after all fetching ahead: the
+        training loader counts it, which is where a checkpoint resumes."""
+        if self._train_loader is not None and self.trainer is not None and self.trainer.training:
+            self._train_loader.taken(batch)
+        return batch
+
+    def _trained_on_last_taken(self) -> bool:
+        """Whether Lightning has finished the training step of the batch it took last."""
+        if self.trainer is None:
+            return True
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        return progress.processed == progress.ready

@@ -3,7 +3,9 @@
 Each step is a `datasets.map` whose cache file is named by a hash of everything its output
 depends on: the text's content fingerprint, the tokenisers' fingerprints, the vocabularies.
 Change any of them and the step runs again; change nothing and it is read back (memory-mapped,
-so even WMT-sized data costs no RAM).
+so even WMT-sized data costs no RAM). `datasets` writes each cache file under a temporary name
+and renames it into place when complete, so a run killed midway leaves no file under the
+cache's name, and the next run builds it again.
 """
 
 from __future__ import annotations

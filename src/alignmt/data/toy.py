@@ -15,6 +15,7 @@ relative clause always ends the phrase it sits in), so a perfect translator exis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -434,9 +435,11 @@ def prepare_toy_corpus(
     """Generate once into `cache_dir/toy-<hash>` and return that directory.
 
     The name hashes the parameters and GENERATOR_VERSION, so a second call returns at once
-    and different corpora never collide. The corpus is written to a temporary directory and
-    renamed into place, so an interrupted run or a concurrent one never leaves a partial
-    corpus behind; if another process finishes first, its identical copy is kept.
+    and different corpora never collide. The corpus is written to a temporary directory, its
+    manifest last, and renamed into place, so an interrupted run or a concurrent one never
+    leaves a partial corpus behind; if another process finishes first, its identical copy is
+    kept. A directory without a manifest is incomplete (not renamed into place by this
+    function) and is replaced.
     """
     params = {
         "seed": seed,
@@ -455,14 +458,26 @@ def prepare_toy_corpus(
     try:
         staging.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
         _write_corpus(staging, corpus, params)
-        try:
-            os.rename(staging, final)
-        except OSError:
-            if not (final / "manifest.json").is_file():
-                raise
+        _move_into_place(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def _move_into_place(staging: Path, final: Path) -> None:
+    """Rename the complete corpus in `staging` to `final`, replacing an incomplete one there."""
+    for _ in range(3):
+        try:
+            os.rename(staging, final)
+            return
+        except OSError:
+            if (final / "manifest.json").is_file():
+                return  # another process finished first
+        aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        with contextlib.suppress(FileNotFoundError):  # or another process set it aside first
+            os.rename(final, aside / "incomplete")
+        shutil.rmtree(aside, ignore_errors=True)
+    os.rename(staging, final)
 
 
 def _summary(corpus: dict[str, list[ToyPair]]) -> str:

@@ -71,6 +71,7 @@ def build(cfg: DictConfig) -> Built:
         model=model,
         optimizer=instantiate(cfg.optim),
         evaluator=evaluator(translator, datamodule),
+        objective=instantiate(cfg.objective),
         sampling=instantiate(cfg.sampling),
         run_config=OmegaConf.to_container(cfg, resolve=True),
     )

@@ -12,17 +12,18 @@ from pytorch_lightning.trainer.states import TrainerFn
 from alignmt.data.batching import Batch
 from alignmt.evaluation.evaluator import Evaluator
 from alignmt.evaluation.module import EvaluationModule
-from alignmt.loss import token_cross_entropy
 from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
+from alignmt.objectives import MaximumLikelihood, Objective
 from alignmt.sampling import Schedule, TeacherForcing
 from alignmt.special_tokens import PAD_ID
 
 
 class TranslationTask(EvaluationModule):
-    """Trains a `Seq2Seq` model with token-level NLL (plus, optionally, See et al.'s coverage
-    loss), with scheduled sampling if configured; validation and test are `EvaluationModule`'s
-    (the best checkpoint is chosen on `val/bleu`). Files and dashboards are callbacks' work.
+    """Trains a `Seq2Seq` model on an objective (`objective`: token-level NLL by default, with
+    scheduled sampling if configured) plus, optionally, See et al.'s coverage loss. Validation
+    and test are `EvaluationModule`'s (the best checkpoint is chosen on `val/bleu`); files and
+    dashboards are callbacks' work.
 
     Checkpoints carry the vocabularies, the learnt tokenisers and the torch, numpy and Python
     random states, so a resumed run draws the same dropout masks and sampling coins as an
@@ -37,7 +38,7 @@ class TranslationTask(EvaluationModule):
         lr_scheduler: Callable | None = None,
         lr_scheduler_interval: str = "epoch",
         lr_scheduler_monitor: str = "val/bleu",
-        label_smoothing: float = 0.0,
+        objective: Objective | None = None,
         sampling: Schedule | None = None,
         coverage_loss_weight: float = 0.0,
         run_config: dict | None = None,
@@ -49,7 +50,7 @@ class TranslationTask(EvaluationModule):
         self.scheduler_factory = lr_scheduler
         self.scheduler_interval = lr_scheduler_interval
         self.scheduler_monitor = lr_scheduler_monitor
-        self.label_smoothing = label_smoothing
+        self.objective = objective or MaximumLikelihood()
         self.sampling = sampling or TeacherForcing()
         self.coverage_loss_weight = coverage_loss_weight
 
@@ -66,16 +67,9 @@ class TranslationTask(EvaluationModule):
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        ratio = self.sampling.ratio(self.global_step)
-        out = self.model(
-            batch.src, batch.src_lengths, batch.tgt_in, self.sampling.feed(self.global_step)
-        )
-        loss = token_cross_entropy(
-            out.logits.flatten(0, 1).float(),
-            batch.tgt_out.flatten(),
-            ignore_index=PAD_ID,
-            label_smoothing=self.label_smoothing,
-        )
+        loss, out, logs = self.objective(self, batch)
+        for name, value in logs.items():
+            self.log(f"train/{name}", value, batch_size=len(batch))
         if self.coverage_loss_weight:
             overlap = coverage_loss(out.attention, batch.tgt_out != PAD_ID)
             self.log("train/coverage_loss", overlap, batch_size=len(batch))
@@ -85,6 +79,7 @@ class TranslationTask(EvaluationModule):
                 f"training loss is {loss.item()} at step {self.global_step}: lower optim.lr, "
                 "set trainer.gradient_clip_val, or check the data for degenerate pairs"
             )
+        ratio = self.sampling.ratio(self.global_step)
         self.log("train/teacher_forcing_ratio", ratio, batch_size=len(batch))
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss

@@ -16,10 +16,11 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from alignmt.atomic import write_text
 from alignmt.build import build, finish_loggers
-from alignmt.callbacks import TrainingSpeed
+from alignmt.callbacks import LastCheckpoint, TrainingSpeed
 from alignmt.checkpoint import check_checkpoint, latest_checkpoint
 from alignmt.config import CONF_DIR
 from alignmt.evaluation.results import update_metrics_file
@@ -45,7 +46,8 @@ def train(cfg: DictConfig) -> dict:
             weights_only=True,
         )
         train_seconds = time.perf_counter() - started
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")  # the final state, always
+        if not any(isinstance(c, LastCheckpoint) for c in trainer.callbacks):
+            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
         best = best_checkpoint(trainer)
         trainer.test(
             built.task,
@@ -78,7 +80,8 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _best_callback(trainer: pl.Trainer):
-    return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
+    chosen = (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint))
+    return next((c for c in chosen if c.monitor), None)
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict:
     """Runs one experiment and returns its metrics (also written to run_dir/metrics.json)."""
     run_dir = Path(cfg.run_dir)
+    resume = cfg.ckpt_path or latest_checkpoint(run_dir)  # re-running a run_dir continues it
+    resume = check_checkpoint(resume) if resume else None  # a bad file fails before any work
     write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     built = build(cfg)
     trainer = built.trainer()
-    resume = cfg.ckpt_path or latest_checkpoint(run_dir)  # re-running a run_dir continues it
     # With no checkpoint to resume from, Lightning looks for one itself and says so; we did.
     warnings.filterwarnings("ignore", message=r".*fit\(ckpt_path=(None|\"last\")\)")
     try:
@@ -42,7 +43,7 @@ def train(cfg: DictConfig) -> dict:
         trainer.fit(
             built.task,
             datamodule=built.datamodule,
-            ckpt_path=check_checkpoint(resume) if resume else None,
+            ckpt_path=resume,
             weights_only=True,
         )
         train_seconds = time.perf_counter() - started

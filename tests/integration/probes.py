@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import time
 import uuid
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from alignmt.atomic import AtomicCheckpointIO, write_with
 
@@ -116,3 +118,16 @@ class PeakMemory(pl.Callback):
         self.folder.mkdir(parents=True, exist_ok=True)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         (self.folder / f"rank{trainer.global_rank}.txt").write_text(str(peak))
+
+
+class SwapBestCheckpoint(pl.Callback):
+    """Once training is over, copies `source` over the best checkpoint, the file that testing
+    reads next."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def on_train_end(self, trainer, task) -> None:
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.best_model_path:
+                shutil.copyfile(self.source, callback.best_model_path)

@@ -16,10 +16,14 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from alignmt.checkpoint import load_checkpoint_file
+from alignmt.data import ToyCorpus
+from alignmt.data.hub import HUB_SPLITS
 from alignmt.train import train
 from tests.conftest import TINY_DATA, TINY_MODEL, TINY_TRAINER
 from tests.integration.probes import logged_runs, trained_batches
@@ -98,12 +102,12 @@ def assert_same_batches(log: Path, reference: Path, resumed_at: int, rank: int =
 
 
 # --------------------------------------------------------------- subprocess runs
-def train_command(cache_dir, run_dir: Path, *overrides: str) -> list[str]:
+def train_command(cache_dir, run_dir: Path, *overrides: str, data=TINY_DATA) -> list[str]:
     return [
         sys.executable,
         "-m",
         "alignmt.train",
-        *TINY_DATA,
+        *data,
         *TINY_MODEL,
         *TINY_TRAINER,
         *CRASH,
@@ -119,6 +123,7 @@ def environment() -> dict:
 
 
 def run_to_end(command: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as output:
         done = subprocess.run(command, cwd=ROOT, env=environment(), stdout=output, stderr=output)
     assert done.returncode == 0, log.read_text()[-3000:]
@@ -127,6 +132,7 @@ def run_to_end(command: list[str], log: Path) -> None:
 def kill_when(command: list[str], marker: Path, log: Path, timeout: float = 240) -> None:
     """Starts `command` in a process group of its own and SIGKILLs the whole group (every
     DDP rank) once `marker` exists."""
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as output:
         process = subprocess.Popen(
             command,
@@ -206,3 +212,83 @@ def test_a_run_killed_while_writing_its_checkpoint_keeps_the_old_one_and_ends_th
     assert not list(checkpoints.glob(".*.partial"))
     assert_same_final_state(run_dir, straight[0])
     assert_same_batches(log, straight[1], resumed_at=4)
+
+
+def straight_subprocess(cache_dir, folder: Path, *overrides: str, **data) -> tuple[Path, Path]:
+    """An uninterrupted run in a subprocess (a DDP run re-executes its command)."""
+    run_dir, log = folder / "run", folder / "batches"
+    command = train_command(cache_dir, run_dir, *batch_log(log), *overrides, **data)
+    run_to_end(command, folder / "out.txt")
+    return run_dir, log
+
+
+def kill_and_rerun(cache_dir, folder: Path, *overrides: str, **data) -> tuple[Path, Path]:
+    """The run SIGKILLed (all its processes) as step 7 starts, then the same command again."""
+    run_dir, log, marker = folder / "run", folder / "batches", folder / "held"
+    hold = probe("hold", "Hold", step=7, marker=marker)
+    command = train_command(cache_dir, run_dir, *batch_log(log), *hold, *overrides, **data)
+    kill_when(command, marker, folder / "out.txt")
+    assert checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == 6
+    run_to_end(command, folder / "out.txt")
+    return run_dir, log
+
+
+def test_two_ddp_processes_killed_mid_epoch_and_run_again_end_as_uninterrupted_ones(
+    cache_dir, tmp_path
+):
+    ddp = ["trainer=ddp_cpu"]
+    reference = straight_subprocess(cache_dir, tmp_path / "straight", *ddp)
+    run_dir, log = kill_and_rerun(cache_dir, tmp_path / "killed", *ddp)
+    assert_same_final_state(run_dir, reference[0])
+    for rank in (0, 1):
+        assert_same_batches(log, reference[1], resumed_at=6, rank=rank)
+    assert trained_batches(log, 0) != trained_batches(log, 1)
+
+
+@pytest.fixture(scope="module")
+def hub_replica(cache_dir, tmp_path_factory) -> Path:
+    """The tiny toy corpus in the hub's layout (one Parquet file per split, a README.md whose
+    `configs:` names them), as `datasets.load_dataset` reads a local folder."""
+    corpus = ToyCorpus(
+        cache_dir=str(cache_dir), train_size=400, valid_per_bucket=2, test_per_bucket=3
+    )
+    folder = tmp_path_factory.mktemp("hub") / "toy"
+    (folder / "xs-xt").mkdir(parents=True)
+    files = []
+    for split, hub_split in HUB_SPLITS.items():
+        text = corpus.load(split)
+        rows = [{"xs": s, "xt": t} for s, t in zip(text.sources, text.targets, strict=True)]
+        name = f"xs-xt/{hub_split}-00000-of-00001.parquet"
+        pq.write_table(pa.table({"translation": rows}), folder / name)
+        files.append(f"  - split: {hub_split}\n    path: {name}")
+    configs = "configs:\n- config_name: xs-xt\n  data_files:\n" + "\n".join(files)
+    (folder / "README.md").write_text(f"---\n{configs}\n---\n")
+    return folder
+
+
+def streamed_data(hub_replica: Path, cache_dir) -> list[str]:
+    return [
+        "data=wmt14_fr_en",
+        "data/tokenizer=whitespace",
+        f"data.corpus.path={hub_replica}",
+        "data.corpus.name=xs-xt",
+        "data.corpus.source_lang=xs",
+        "data.corpus.target_lang=xt",
+        "data.corpus.streaming=true",
+        f"data.corpus.cache_dir={cache_dir / 'hf'}",
+        f"data.cache_dir={cache_dir}",
+        "data.batch_size=16",
+        "data.eval_batch_size=32",
+        "data.max_length=100",
+    ]
+
+
+def test_a_streamed_run_killed_mid_epoch_and_run_again_ends_as_an_uninterrupted_one(
+    cache_dir, tmp_path, hub_replica
+):
+    data = streamed_data(hub_replica, cache_dir)
+    reference = straight_subprocess(cache_dir, tmp_path / "straight", data=data)
+    run_dir, log = kill_and_rerun(cache_dir, tmp_path / "killed", data=data)
+    assert_same_final_state(run_dir, reference[0])
+    assert_same_batches(log, reference[1], resumed_at=6)
+    assert "streamed training data" in (tmp_path / "killed" / "out.txt").read_text()

@@ -131,3 +131,14 @@ class SwapBestCheckpoint(pl.Callback):
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.best_model_path:
                 shutil.copyfile(self.source, callback.best_model_path)
+
+
+class Fail(pl.Callback):
+    """Raises as training takes step `step`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, task, batch, batch_idx) -> None:
+        if trainer.global_step + 1 == self.step:
+            raise RuntimeError(f"step {self.step} fails")

@@ -40,6 +40,7 @@ CRASH = [
     "trainer.val_check_interval=4",  # validations at steps 4 and 8
     "callbacks.last_checkpoint.every_n_train_steps=2",
     "callbacks.result_files.heatmaps=0",
+    "trainer.enable_model_summary=true",  # it must not draw from the generators either
 ]
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

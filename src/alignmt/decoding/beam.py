@@ -141,22 +141,27 @@ class BeamSearch:
         # is live at the first step.
         scores = torch.full((B, K), -math.inf, device=device)
         scores[:, 0] = 0.0
-        tokens = torch.empty(B * K, 0, dtype=torch.long, device=device)
-        attention = torch.empty(B * K, 0, S, device=device) if model.has_attention else None
         coverage = torch.zeros(B * K, S, device=device) if model.has_attention else None
         prev = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
-        kept = torch.full((B, N), -math.inf, dtype=torch.float64, device=device)  # s, best first
+        # History, written once per step and never copied: every row's attention, and for each
+        # row of the next step the word it adds and the row it extends. Hypotheses are read
+        # back from it at the end, following those links.
+        alphas, words_at, parents_at = [], [], []
+        # Each sentence's `nbest` best finished hypotheses: s (best first), and the step and
+        # row of the prefix whose [EOS] extension each one is.
+        kept = torch.full((B, N), -math.inf, dtype=torch.float64, device=device)
+        kept_step = torch.zeros(B, N, dtype=torch.long, device=device)
+        kept_row = torch.zeros(B, N, dtype=torch.long, device=device)
         n_finished = torch.zeros(B, dtype=torch.long, device=device)
-        finished = []  # sentence ids, tokens, scores, attention of hypotheses entering `kept`
 
         for t in range(int(limits.max()) + 1):
             logits, state, alpha = model.step(prev, memory, state)
             caps = limits[sentences].repeat_interleave(K)
             log_probs = torch.log_softmax(logits.float(), dim=-1)
             log_probs = constrain(log_probs, t, caps, self.min_length, banned)
-            if attention is not None:
+            if coverage is not None:
                 alpha = alpha.float()
-                attention = torch.cat([attention, alpha.unsqueeze(1)], dim=1)
+                alphas.append(alpha)
                 coverage = coverage + alpha
 
             n, V = sentences.numel(), log_probs.size(1)
@@ -164,6 +169,8 @@ class BeamSearch:
             ends = extended[:, EOS_ID].clone()  # every live prefix's [EOS] extension
             extended[:, EOS_ID] = -math.inf
             top, top_ids = extended.view(n, K * V).topk(K, dim=1)  # next step's live prefixes
+            origins = (torch.arange(n, device=device) * K).unsqueeze(1) + top_ids // V
+            words = top_ids % V
 
             ends = ends.view(n, K)
             admit = ends.isfinite()
@@ -180,22 +187,13 @@ class BeamSearch:
                 merged, order = torch.cat(
                     [kept[sentences], score.where(admit, -math.inf)], dim=1
                 ).sort(dim=1, descending=True, stable=True)  # stable: earlier finished first
+                order, old = order[:, :N], order[:, :N].clamp(max=N - 1)
+                new = order >= N
                 kept[sentences] = merged[:, :N]
-                local, column = ((order[:, :N] >= N) & merged[:, :N].isfinite()).nonzero(
-                    as_tuple=True
-                )
-                ended = local * K + order[local, column] - N
-                finished.append(
-                    (
-                        sentences[local],
-                        tokens[ended],
-                        merged[local, column],
-                        None if attention is None else attention[ended],
-                    )
-                )
+                kept_step[sentences] = kept_step[sentences].gather(1, old).masked_fill(new, t)
+                rows_now = torch.arange(n, device=device).unsqueeze(1) * K + order - N
+                kept_row[sentences] = kept_row[sentences].gather(1, old).where(~new, rows_now)
 
-            origins = (torch.arange(n, device=device) * K).unsqueeze(1) + top_ids // V
-            words = top_ids % V
             if self.stopping == "exact":  # no live prefix can still beat the worst kept
                 running = top[:, 0].double() / longest_lp[sentences] > kept[sentences, -1]
             else:
@@ -216,22 +214,38 @@ class BeamSearch:
             index = origins.view(-1)
             state = reorder_state(state, index)
             prev = words.view(-1)
-            tokens = torch.cat([tokens[index], prev.unsqueeze(1)], dim=1)
-            if attention is not None:
-                attention, coverage = attention[index], coverage[index]
-        return self._nbest_lists(finished, B, src_lengths)
+            words_at.append(prev)
+            parents_at.append(index)
+            if coverage is not None:
+                coverage = coverage[index]
+        return self._nbest_lists(
+            kept, kept_step, kept_row, alphas, words_at, parents_at, src_lengths
+        )
 
-    def _nbest_lists(self, finished, batch_size: int, src_lengths) -> list[list[Hypothesis]]:
-        """Every sentence's finished hypotheses, best first, cut to `nbest`."""
-        lengths = src_lengths.tolist()
-        out: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-        for ids, tokens, scores, attention in finished:
-            ids, tokens, scores = ids.tolist(), tokens.tolist(), scores.tolist()
-            attention = None if attention is None else attention.cpu()
-            for k, b in enumerate(ids):
-                alpha = None if attention is None else attention[k, :, : lengths[b]]
-                out[b].append(Hypothesis(tokens[k], scores[k], alpha))
-        for hypotheses in out:
-            hypotheses.sort(key=lambda h: -h.score)  # stable: earlier finished first on ties
-            del hypotheses[self.nbest :]
+    @staticmethod
+    def _nbest_lists(
+        kept, kept_step, kept_row, alphas, words_at, parents_at, src_lengths
+    ) -> list[list[Hypothesis]]:
+        """The kept hypotheses, read back from the history: from the row whose [EOS] extension
+        each one is, back one step at a time to the first word."""
+        sentence, rank = kept.isfinite().nonzero(as_tuple=True)
+        steps, cursor = kept_step[sentence, rank], kept_row[sentence, rank].clone()
+        T = int(steps.max()) + 1 if len(steps) else 0
+        tokens = torch.zeros(len(steps), T, dtype=torch.long, device=kept.device)
+        attention = None
+        if alphas:
+            attention = torch.zeros(len(steps), T, alphas[0].size(1), device=kept.device)
+        for t in range(T - 1, -1, -1):  # cursor: the row of step t each hypothesis went through
+            at = (steps >= t).nonzero().squeeze(1)
+            if attention is not None:
+                attention[at, t] = alphas[t][cursor[at]]
+            if t > 0:
+                tokens[at, t - 1] = words_at[t - 1][cursor[at]]
+                cursor[at] = parents_at[t - 1][cursor[at]]
+        out: list[list[Hypothesis]] = [[] for _ in range(len(kept))]
+        tokens, attention = tokens.cpu(), None if attention is None else attention.cpu()
+        lengths, scores = src_lengths.tolist(), kept[sentence, rank].tolist()
+        for h, (b, t) in enumerate(zip(sentence.tolist(), steps.tolist(), strict=True)):
+            alpha = None if attention is None else attention[h, : t + 1, : lengths[b]]
+            out[b].append(Hypothesis(tokens[h, :t].tolist(), scores[h], alpha))
         return out

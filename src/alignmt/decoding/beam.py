@@ -198,10 +198,13 @@ class BeamSearch:
                 running = top[:, 0].double() / longest_lp[sentences] > kept[sentences, -1]
             else:
                 running = (n_finished[sentences] < K) & top[:, 0].isfinite()
-            scores = top
-            if not bool(running.all()):
-                if not bool(running.any()):
-                    break
+            if not bool(running.any()):
+                break
+            # A stopped sentence's prefixes die, so it finishes nothing more; its rows leave
+            # the batch once stopped sentences are a quarter of it, since copying the memory
+            # costs about as much as a step.
+            scores = top.where(running.unsqueeze(1), -math.inf)
+            if 4 * int((~running).sum()) >= n:
                 keep = running.nonzero().squeeze(1)
                 sentences, scores, words, origins = (
                     sentences[keep],

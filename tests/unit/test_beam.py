@@ -220,10 +220,14 @@ def test_beam_size_one_keeps_the_best_ending_of_the_greedy_path():
     assert any(b[0].score > g[0].score + 1e-3 for b, g in zip(beam, greedy, strict=True))
 
 
-def test_a_batch_decodes_each_sentence_as_if_alone():
+@pytest.mark.parametrize("stopping", ["exact", "early"])
+def test_a_batch_decodes_each_sentence_as_if_alone(stopping):
+    """Sentences stop at different steps; those still running must not change the others."""
     model = random_model(seed=0, eos_bias=1.0).double()
     src, lengths = random_sources([6, 1, 9, 3, 11], seed=4)
-    search = BeamSearch(beam_size=4, nbest=3, length_penalty=0.6, coverage_penalty=0.4)
+    search = BeamSearch(
+        beam_size=4, nbest=3, length_penalty=0.6, coverage_penalty=0.4, stopping=stopping
+    )
     batched = search(model, src, lengths)
     assert len({len(h.tokens) for nbest in batched for h in nbest}) > 3
     for b, nbest in enumerate(batched):

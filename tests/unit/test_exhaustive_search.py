@@ -205,6 +205,22 @@ def test_exact_stopping_finds_the_optimum_the_early_heuristic_misses(
     assert early.tokens == early_best and early.score < optimum[1] - 0.05
 
 
+@pytest.mark.parametrize("stopping", ["exact", "early"])
+def test_a_stopped_sentence_finishes_nothing_more_while_others_run(stopping):
+    """Four sentences run to the cap of 4 words ("c c c c" is their only output) while the
+    first one stops: what it returns is what it returns alone."""
+    running_on = {(C,) * n: {C: 1.0} for n in range(4)}
+    tables = {A: LONGER_LATER, B: running_on}
+    probs = {first: table(entries) for first, entries in tables.items()}
+    model = TableModel(lambda source, prefix: probs[source[0]](source, prefix), random_attention)
+    src, lengths = sources([A], [B], [B, A], [B, C], [B, B])
+    search = BeamSearch(beam_size=2, length_penalty=1.0, max_length=4, stopping=stopping)
+    batch = [nbest[0].tokens for nbest in search(model, src, lengths)]
+    alone = search(model, src[:1, :2], lengths[:1])[0][0].tokens
+    assert batch == [alone] + [[C] * 4] * 4
+    assert alone == ([B, C, C, C] if stopping == "exact" else [])
+
+
 @torch.inference_mode()
 def definition_beam(model, words, beam_size, nbest, alpha, beta, cap):
     """Beam search as its definition reads, one sentence and one prefix at a time, without any
@@ -230,7 +246,7 @@ def definition_beam(model, words, beam_size, nbest, alpha, beta, cap):
                 ]
         live = sorted(extensions, key=lambda e: -float(e[1]))[:beam_size]
     scored = [
-        (out, gnmt_score(lp, len(out) + 1, rows, alpha, beta)) for out, lp, rows in candidates
+        (out, gnmt_score(lp, len(out) + 1, rows, alpha, beta), rows) for out, lp, rows in candidates
     ]
     return sorted(scored, key=lambda c: -c[1])[:nbest]
 
@@ -262,5 +278,7 @@ def test_batched_beam_search_equals_its_definition_run_to_the_cap(alpha, beta, l
     for b, nbest in enumerate(decoded):
         words, cap = src[b, : lengths[b] - 1].tolist(), int(lengths[b]) - 1 + 3
         expected = definition_beam(model, words, 3, 3, alpha, beta, cap)
-        assert [h.tokens for h in nbest] == [out for out, _ in expected]
-        assert [h.score for h in nbest] == pytest.approx([s for _, s in expected], rel=1e-6)
+        assert [h.tokens for h in nbest] == [out for out, _, _ in expected]
+        assert [h.score for h in nbest] == pytest.approx([s for _, s, _ in expected], rel=1e-6)
+        for h, (_, _, rows) in zip(nbest, expected, strict=True):
+            torch.testing.assert_close(h.attention, torch.tensor(rows))

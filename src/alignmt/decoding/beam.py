@@ -48,10 +48,13 @@ class BeamSearch:
     extensions the beam makes up to the cap. `stopping="early"` is the usual heuristic instead:
     an [EOS] extension counts only among the `beam_size` most probable extensions, and a
     sentence stops at `beam_size` finished hypotheses; with `beam_size=1` it is greedy search.
+    With exact stopping, `beam_size=1` returns the best ending along the path of the most
+    probable words other than [EOS]: greedy search's path, whose best ending greedy search can
+    step past, since it stops only where [EOS] is the most probable word.
 
     The beams of all sentences share one batch dimension (sentence-major, `beam_size` rows
     each): the encoder runs once, its memory is expanded once, and the decoder state, whatever
-    it holds, is reordered by index after every step; finished sentences leave the batch.
+    it holds, is reordered by index after every step; stopped sentences leave the batch.
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
@@ -184,15 +187,16 @@ class BeamSearch:
                     coverage,
                     src_lengths[sentences].repeat_interleave(K),
                 ).view(n, K)
+                # Stable, so that on ties the hypothesis kept before stays ahead.
                 merged, order = torch.cat(
                     [kept[sentences], score.where(admit, -math.inf)], dim=1
-                ).sort(dim=1, descending=True, stable=True)  # stable: earlier finished first
-                order, old = order[:, :N], order[:, :N].clamp(max=N - 1)
-                new = order >= N
-                kept[sentences] = merged[:, :N]
-                kept_step[sentences] = kept_step[sentences].gather(1, old).masked_fill(new, t)
+                ).sort(dim=1, descending=True, stable=True)
+                order = order[:, :N]
+                new, before = order >= N, order.clamp(max=N - 1)  # new: finished at this step
                 rows_now = torch.arange(n, device=device).unsqueeze(1) * K + order - N
-                kept_row[sentences] = kept_row[sentences].gather(1, old).where(~new, rows_now)
+                kept[sentences] = merged[:, :N]
+                kept_step[sentences] = kept_step[sentences].gather(1, before).masked_fill(new, t)
+                kept_row[sentences] = kept_row[sentences].gather(1, before).where(~new, rows_now)
 
             if self.stopping == "exact":  # no live prefix can still beat the worst kept
                 running = top[:, 0].double() / longest_lp[sentences] > kept[sentences, -1]

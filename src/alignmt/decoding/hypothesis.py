@@ -51,6 +51,7 @@ def max_output_lengths(
 
 
 def check_lengths(min_length: int, max_length: int | None) -> None:
+    """Refuses length options no output could meet (a cap of 0 words leaves only [EOS])."""
     if min_length < 0:
         raise ValueError(f"min_length must be at least 0, got {min_length}")
     if max_length is not None and max_length < 1:

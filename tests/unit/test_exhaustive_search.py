@@ -261,8 +261,8 @@ def test_batched_beam_search_equals_its_definition_run_to_the_cap(alpha, beta, l
     attention = partial(LocalMonotonicAttention, window=1) if local else None
     model = RNNSearch(20, 15, 16, 16, 24, 16, attention=attention).eval()
     with torch.no_grad():  # peaked outputs of varied lengths
-        model.decoder.readout.output.weight.mul_(8)
-        model.decoder.readout.output.bias[EOS_ID] += 1.0
+        model.decoder.maxout.output.weight.mul_(8)
+        model.decoder.maxout.output.bias[EOS_ID] += 1.0
     model = model.double()
     src, lengths = random_sources([6, 1, 9, 3, 11], seed=4)
     search = BeamSearch(

@@ -48,6 +48,8 @@ def train(cfg: DictConfig) -> dict:
         )
         train_seconds = time.perf_counter() - started
         if not any(isinstance(c, LastCheckpoint) for c in trainer.callbacks):
+            # callbacks.last_checkpoint=null: the final state all the same (Lightning resumes
+            # a checkpoint written after fit with a new epoch)
             trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
         best = best_checkpoint(trainer)
         trainer.test(

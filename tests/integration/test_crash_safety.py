@@ -25,7 +25,7 @@ from alignmt.checkpoint import load_checkpoint_file
 from alignmt.data import ToyCorpus
 from alignmt.data.hub import HUB_SPLITS
 from alignmt.train import train
-from tests.conftest import TINY_DATA, TINY_MODEL, TINY_TRAINER
+from tests.conftest import TINY_DATA, TINY_MODEL, TINY_TRAINER, tiny_train_config
 from tests.integration.probes import logged_runs, trained_batches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,8 +161,6 @@ def checkpoint_step(path: Path) -> int:
 @pytest.fixture(scope="module")
 def straight(cache_dir, tmp_path_factory):
     """The uninterrupted run (in this process) and its batch log."""
-    from tests.conftest import tiny_train_config
-
     folder = tmp_path_factory.mktemp("straight")
     run_dir, log = folder / "run", folder / "batches"
     train(tiny_train_config(cache_dir, run_dir, *CRASH, *batch_log(log)))
@@ -288,7 +286,9 @@ def test_a_streamed_run_killed_mid_epoch_and_run_again_ends_as_an_uninterrupted_
     cache_dir, tmp_path, hub_replica
 ):
     data = streamed_data(hub_replica, cache_dir)
-    reference = straight_subprocess(cache_dir, tmp_path / "straight", data=data)
+    reference = tmp_path / "straight" / "run", tmp_path / "straight" / "batches"
+    straight = [*data, *TINY_MODEL, *TINY_TRAINER, *CRASH, *batch_log(reference[1])]
+    train(tiny_train_config(cache_dir, reference[0], *straight, tiny=False))
     run_dir, log = kill_and_rerun(cache_dir, tmp_path / "killed", data=data)
     assert_same_final_state(run_dir, reference[0])
     assert_same_batches(log, reference[1], resumed_at=6)

@@ -200,7 +200,12 @@ class TranslationDataModule(pl.LightningDataModule):
         return ParallelText(list(text.sources), list(text.targets), alignments, text.origin)
 
     def _fit_tokenizers(self, train: datasets.Dataset, train_key: str) -> None:
-        """Train SentencePiece models on the training text (or load them from the cache)."""
+        """Train SentencePiece models on the training text (or load them from the cache).
+
+        Where the text holds more sentences than a model trains on (`input_sentence_size`),
+        a random sample seeded by `seed` is taken, and the seed joins the model's cache key;
+        otherwise the model does not depend on the seed, and runs of any seed share it.
+        """
         if self.source_tokenizer is self.target_tokenizer:
             sides = {"joint": (self.source_tokenizer, ("source", "target"))}
         else:
@@ -211,10 +216,14 @@ class TranslationDataModule(pl.LightningDataModule):
         for side, (tokenizer, columns) in sides.items():
             if not hasattr(tokenizer, "fit") or tokenizer.trained:
                 continue
-            key = encoding.cache_key(train_key, side, tokenizer.training_key)
+            limit = tokenizer.options["input_sentence_size"]
+            seed = self.seed if encoding.sampled(train, columns, limit) else None
+            key = encoding.cache_key(train_key, side, tokenizer.training_key, seed)
             model_file = self.cache_dir / "sentencepiece" / f"{key}.model"
-            tokenizer.fit(encoding.sentences(train, columns), model_file)
-            log.info("SentencePiece model (%s): %s", side, model_file)
+            tokenizer.fit(
+                encoding.sentences(train, columns, limit, self.seed), model_file, self.seed
+            )
+            log.info("SentencePiece model (%s): %s", side, tokenizer.model_file or model_file)
 
     def _tokenize(self, split: str, dataset: datasets.Dataset, key: str):
         return encoding.tokenize(

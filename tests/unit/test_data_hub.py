@@ -291,3 +291,28 @@ def test_streaming_reads_the_replica_in_both_directions(corpus, hub, source, tar
     assert list(test.targets) == splits["test"][target]
     subset = corpus(source_lang=source, target_lang=target, streaming=True, train_size=7)
     assert list(subset.load("train").targets) == splits["train"][target][:7]
+
+
+@pytest.mark.parametrize(("max_length", "max_tokens"), [(50, 50), (None, 400)])
+def test_a_streamed_token_budget_is_checked_at_start_up(corpus, tmp_path, max_length, max_tokens):
+    dm = word_datamodule(
+        corpus(streaming=True),
+        tmp_path / "cache",
+        max_length=max_length,
+        max_tokens=max_tokens,
+        stream_sample_size=50,
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"data.max_tokens={max_tokens} must hold .* data.max_length={max_length} ",
+    ):
+        dm.setup("fit")
+    fits = word_datamodule(
+        corpus(streaming=True),
+        tmp_path / "cache",
+        max_length=50,
+        max_tokens=51,
+        stream_sample_size=50,
+    )
+    fits.setup("fit")
+    assert fits.train_stream is not None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import datasets
 import huggingface_hub
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -316,3 +317,16 @@ def test_a_streamed_token_budget_is_checked_at_start_up(corpus, tmp_path, max_le
     )
     fits.setup("fit")
     assert fits.train_stream is not None
+
+
+def test_the_training_path_holds_no_python_list_per_pair(corpus, tmp_path):
+    """Text, tokens and ids of the training split stay in memory-mapped Arrow files: what
+    keeps 40.8M pairs from costing RAM (no Python object per pair anywhere on the path)."""
+    dm = word_datamodule(corpus(), tmp_path / "cache", max_length=20)
+    dm.setup("fit")
+    text = dm.text["train"]
+    assert not isinstance(text.sources, list) and text.dataset.cache_files
+    assert all(f["filename"].endswith(".arrow") for f in text.dataset.cache_files)
+    pairs = dm.pairs["train"]
+    assert all(values.base is not None for values in pairs.sources.values)  # views of Arrow
+    assert len(pairs) < 500 and isinstance(pairs.index, np.ndarray)  # the filter, as an array

@@ -36,7 +36,10 @@ class TranslationDataModule(pl.LightningDataModule):
     are always over the whole split. Tokenisers that learn (SentencePiece) are fitted on the
     training split; vocabularies hold its `*_vocab_size` most frequent tokens seen `min_freq`
     times; both come from a checkpoint instead when evaluating (`set_vocabularies`,
-    `load_tokenizer_state`). Tokenised and encoded splits are cached under `cache_dir`.
+    `load_tokenizer_state`). Tokenised and encoded splits, SentencePiece models and
+    vocabularies are cached under `cache_dir`, each entry filled by one process while the
+    others (DDP ranks, SLURM tasks, other runs) wait and read it; `num_proc` processes
+    tokenise and encode (None: every available core, for splits large enough to gain).
     A training split that a corpus streams (`corpus.stream("train")`) is read as it goes;
     its tokenisers and vocabularies are fitted on its first `stream_sample_size` pairs.
     `alignment_unit` says what the corpus's gold alignments index: the raw text's

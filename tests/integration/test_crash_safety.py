@@ -16,14 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
 from alignmt.checkpoint import load_checkpoint_file
 from alignmt.data import ToyCorpus
 from alignmt.data.hub import HUB_SPLITS
+from alignmt.data.replica import write_hub_replica
 from alignmt.train import train
 from tests.conftest import TINY_DATA, TINY_MODEL, TINY_TRAINER, tiny_train_config
 from tests.integration.probes import logged_runs, trained_batches
@@ -246,23 +245,15 @@ def test_two_ddp_processes_killed_mid_epoch_and_run_again_end_as_uninterrupted_o
 
 @pytest.fixture(scope="module")
 def hub_replica(cache_dir, tmp_path_factory) -> Path:
-    """The tiny toy corpus in the hub's layout (one Parquet file per split, a README.md whose
-    `configs:` names them), as `datasets.load_dataset` reads a local folder."""
+    """The tiny toy corpus in the hub's layout, its training split in two shards."""
     corpus = ToyCorpus(
         cache_dir=str(cache_dir), train_size=400, valid_per_bucket=2, test_per_bucket=3
     )
-    folder = tmp_path_factory.mktemp("hub") / "toy"
-    (folder / "xs-xt").mkdir(parents=True)
-    files = []
+    splits = {}
     for split, hub_split in HUB_SPLITS.items():
         text = corpus.load(split)
-        rows = [{"xs": s, "xt": t} for s, t in zip(text.sources, text.targets, strict=True)]
-        name = f"xs-xt/{hub_split}-00000-of-00001.parquet"
-        pq.write_table(pa.table({"translation": rows}), folder / name)
-        files.append(f"  - split: {hub_split}\n    path: {name}")
-    configs = "configs:\n- config_name: xs-xt\n  data_files:\n" + "\n".join(files)
-    (folder / "README.md").write_text(f"---\n{configs}\n---\n")
-    return folder
+        splits[hub_split] = {"xs": list(text.sources), "xt": list(text.targets)}
+    return write_hub_replica(tmp_path_factory.mktemp("hub") / "toy", {"xs-xt": splits}, 2)
 
 
 def streamed_data(hub_replica: Path, cache_dir) -> list[str]:

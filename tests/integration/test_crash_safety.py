@@ -9,6 +9,7 @@ Every run computes on one thread: equal bits need equal reduction orders.
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -284,3 +285,13 @@ def test_a_streamed_run_killed_mid_epoch_and_run_again_ends_as_an_uninterrupted_
     assert_same_final_state(run_dir, reference[0])
     assert_same_batches(log, reference[1], resumed_at=6)
     assert "streamed training data" in (tmp_path / "killed" / "out.txt").read_text()
+
+
+def test_a_resumed_run_keeps_the_training_curves_of_its_first_part(compose_train, tmp_path):
+    run_dir = tmp_path / "run"
+    common = ["trainer.val_check_interval=4", "callbacks.last_checkpoint.every_n_train_steps=2"]
+    train(compose_train(*common, "trainer.max_steps=4", run_dir=run_dir))
+    train(compose_train(*common, "trainer.max_steps=8", run_dir=run_dir))
+    with (run_dir / "logs" / "metrics.csv").open() as f:
+        steps = {int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")}
+    assert {1, 3, 5, 7} <= steps  # logged every 2 steps, before and after the resume

@@ -11,6 +11,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+from alignmt.atomic import replacing
 from alignmt.evaluation.bleu import check_parallel, corpus_bleu
 
 # Inclusive (lo, hi) source-length ranges; hi=None means "and longer".
@@ -116,9 +117,7 @@ def write_bleu_by_length_csv(rows: list[dict], path: str | Path) -> None:
     The unit is a column of its own (the same on every row), so `pandas.read_csv` reads the
     file as it is.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    with replacing(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from alignmt.atomic import replacing
+
 # oracle(i, prefix): the ids that rightly follow `prefix` (a sequence of ids) in sentence i.
 Oracle = Callable[[int, Sequence[int]], Collection[int]]
 
@@ -123,9 +125,7 @@ class ExposureCurves:
             "intact_accuracy": self.intact_accuracy,
             "intact_share": self.intact_share,
         }
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
+        with replacing(path, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(CSV_COLUMNS)
             for t in range(len(self.sentences)):

@@ -58,7 +58,7 @@ def check(model):
     torch.testing.assert_close(out.attention, torch.stack(stepped, 1), atol=1e-5, rtol=1e-5)
     greedy = GreedySearch(max_length_offset=4)(model, src, lengths)
     beam = BeamSearch(beam_size=3, max_length_offset=4)(model, src, lengths)
-    one = BeamSearch(beam_size=1, max_length_offset=4)(model, src, lengths)
+    one = BeamSearch(beam_size=1, max_length_offset=4, stopping="early")(model, src, lengths)
     assert [h[0].tokens for h in one] == [h[0].tokens for h in greedy]
     for nbest in beam:
         attention = nbest[0].attention

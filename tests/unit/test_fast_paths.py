@@ -38,10 +38,17 @@ FAST = {
     "luong without attention, one call": lambda: Luong(
         30, 25, 12, 14, 1, attention=None, input_feeding=False
     ),
+    "luong input feeding gru additive (fused recurrence)": lambda: Luong(
+        30, 25, 12, 14, 1, rnn_type="gru", bidirectional_encoder=True,
+        attention=partial(AdditiveAttention, attention_size=9),
+    ),
 }  # fmt: skip
 STEP_ONLY = {
     "rnnsearch coverage": lambda: RNNSearch(30, 25, **SIZES, coverage=LinguisticCoverage),
     "luong input feeding": lambda: Luong(30, 25, 12, 14, 1, attention=GeneralAttention),
+    "luong input feeding, two gru layers": lambda: Luong(
+        30, 25, 12, 14, 2, rnn_type="gru", attention=AdditiveAttention
+    ),
     "rnnencdec": lambda: RNNEncDec(30, 25, **SIZES),
 }
 

@@ -13,12 +13,14 @@ none always runs first. Sections (each can be left out):
   every system emits the same number of tokens; greedy and beam 5 (our beam search stops
   `exact`ly, which at a fixed length does the work `early` stopping does: every hypothesis
   ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
+  alignmt decodes at each of `--precisions`: float32 (exact, the default) and bfloat16 (the
+  model's steps under autocast; columns "... bf16").
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
 - trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own
   greedy decoding of dev, scored here with sacrebleu) reaches `--bleu-target`, then decodes the
   test set at its natural lengths (at most `--length` tokens), each search and batch size, for
-  every repeat.
+  every repeat, with test BLEU (so the bfloat16 columns show what that precision costs).
 
 Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
 their median reported beside the medians of the figures. Every figure goes to
@@ -83,13 +85,13 @@ class Ours:
             command.append("--untimed")
         return self._run(command)
 
-    def decode(self, data_dir, scratch, checkpoint, decoding: Decoding) -> dict:
-        output = Path(scratch) / f"{self.name}_{decoding.split}_{decoding.search}.out"
+    def decode(self, data_dir, scratch, checkpoint, decoding: Decoding, precision="float32"):
+        output = Path(scratch) / f"{self.name}_{decoding.split}_{decoding.search}_{precision}.out"
         command = ["decode", str(data_dir), str(scratch), "--checkpoint", str(checkpoint)]
         command += ["--search", decoding.search, "--batch-size", str(decoding.batch_size)]
         command += ["--min-length", str(decoding.min_length), "--max-length"]
         command += [str(decoding.max_length), "--split", decoding.split, "--output", str(output)]
-        command += ["--threads", str(self.threads)]
+        command += ["--threads", str(self.threads), "--precision", precision]
         if decoding.sentences is not None:
             command += ["--sentences", str(decoding.sentences)]
         return self._run(command)
@@ -159,6 +161,22 @@ def decodings(args, split: str = "test", min_length: int | None = None) -> list[
     return out
 
 
+def is_ours(system: str) -> bool:
+    return system.split()[0] in OURS
+
+
+def decode_all(system, name: str, checkpoint, decoding: Decoding, scratch, args):
+    """{column name: figures}: a peer once, alignmt at each of `--precisions`."""
+    if not is_ours(name):
+        return {name: system.decode(args.workload, scratch, checkpoint, decoding)}
+    return {
+        name + ("" if precision == "float32" else " bf16"): system.decode(
+            args.workload, scratch, checkpoint, decoding, precision
+        )
+        for precision in args.precisions
+    }
+
+
 def decoding_key(d: Decoding) -> str:
     return f"{d.search} batch {d.batch_size}"
 
@@ -170,8 +188,9 @@ def speed_section(systems: dict, args, log: Log) -> None:
             trained = system.train(args.workload, scratch, steps=args.steps, warmup=args.warmup)
             log.add("speed", name, repeat, "train", trained)
             for decoding in decodings(args):
-                figures = system.decode(args.workload, scratch, trained["checkpoint"], decoding)
-                log.add("speed", name, repeat, decoding_key(decoding), figures)
+                runs = decode_all(system, name, trained["checkpoint"], decoding, scratch, args)
+                for column, figures in runs.items():
+                    log.add("speed", column, repeat, decoding_key(decoding), figures)
 
 
 def extensions_section(args, log: Log) -> None:
@@ -220,12 +239,13 @@ def trained_section(systems: dict, args, log: Log) -> None:
         for name in rotated(list(systems), repeat):
             scratch = args.scratch / "trained" / name
             for decoding in decodings(args, min_length=0):
-                figures = systems[name].decode(
-                    args.workload, scratch, models[name]["checkpoint"], decoding
-                )
-                if decoding.sentences is None:
-                    figures["test_bleu"] = bleu(Path(figures["output"]), args.workload / "test.trg")
-                log.add("trained", name, repeat, decoding_key(decoding), figures)
+                checkpoint = models[name]["checkpoint"]
+                runs = decode_all(systems[name], name, checkpoint, decoding, scratch, args)
+                for column, figures in runs.items():
+                    if decoding.sentences is None:
+                        test = args.workload / "test.trg"
+                        figures["test_bleu"] = bleu(Path(figures["output"]), test)
+                    log.add("trained", column, repeat, decoding_key(decoding), figures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +262,7 @@ def row(log: Log, section: str, key: str, figure: str, systems: list[str], label
         got = [values[s, r] for r in repeats if (s, r) in values]
         cells.append(f"{statistics.median(got):,.1f}" if got else "-")
     peers_here = [s for s in systems if s in peers.PEERS]
-    for ours in (s for s in systems if s in OURS and peers_here):
+    for ours in (s for s in systems if is_ours(s) and peers_here):
         ratios = []
         for r in repeats:
             others = [values[p, r] for p in peers_here if (p, r) in values]
@@ -316,6 +336,10 @@ def extension_rows(log: Log) -> list[str]:
     return lines
 
 
+def precision_suffixes(args) -> list[str]:
+    return ["" if p == "float32" else " bf16" for p in args.precisions]
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", type=Path)
@@ -337,6 +361,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=None, help="first N test sentences")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 1])
     parser.add_argument("--batch1-sentences", type=int, default=100)
+    parser.add_argument(
+        "--precisions", nargs="+", default=["float32", "bfloat16"],
+        choices=["float32", "bfloat16"], help="alignmt's decoding precisions (float32: exact)",
+    )  # fmt: skip
     parser.add_argument("--bleu-target", type=float, default=90.0)
     parser.add_argument("--round-steps", type=int, default=500)
     parser.add_argument("--max-rounds", type=int, default=20)
@@ -370,7 +398,8 @@ def main() -> None:
         extensions_section(args, log)
     if "trained" in args.sections:
         trained_section(systems, args, log)
-    summary = table(log, args, list(systems))
+    columns = [n + suffix for n in OURS for suffix in precision_suffixes(args)]
+    summary = table(log, args, [*columns, *(n for n in systems if not is_ours(n))])
     (args.scratch / "summary.md").write_text(summary)
     print(summary)
 

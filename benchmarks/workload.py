@@ -5,7 +5,8 @@
         [--save-as NAME] [--threads 2]
     python benchmarks/workload.py decode WORKLOAD_DIR SCRATCH_DIR --checkpoint PATH
         [--search greedy|beam5] [--batch-size 64] [--min-length 0] [--max-length 100]
-        [--split test|dev] [--sentences N] [--output FILE] [--threads 2]
+        [--split test|dev] [--sentences N] [--precision float32|bfloat16] [--output FILE]
+        [--threads 2]
 
 Prints one JSON dict of figures, named as benchmarks/peers/peers.py names them.
 `luong` is the configuration the peers run (embeddings 256, bidirectional GRU encoder of 256
@@ -212,6 +213,7 @@ def make_search(args):
     from alignmt.decoding import BeamSearch, GreedySearch
 
     lengths = {"max_length": args.max_length, "min_length": args.min_length}
+    lengths["precision"] = args.precision
     if args.search == "greedy":
         return GreedySearch(**lengths)
     return BeamSearch(beam_size=5, stopping=args.stopping, **lengths)
@@ -258,6 +260,7 @@ def decode(args) -> dict:
         "min_length": args.min_length,
         "max_length": args.max_length,
         "split": args.split,
+        "precision": args.precision,
         "sentences": n,
         "decode_s": seconds,
         "output_tokens": words,
@@ -290,6 +293,7 @@ def main() -> None:
     parser.add_argument("--min-length", type=int, default=0)
     parser.add_argument("--max-length", type=int, default=100)
     parser.add_argument("--split", choices=["test", "dev"], default="test")
+    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)

@@ -120,8 +120,9 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     runs = [json.loads(line) for line in (scratch / "runs.jsonl").read_text().splitlines()]
     matched = [r for r in runs if r["section"] == "speed" and r["key"] != "train"]
     assert {(r["system"], r["key"]) for r in matched} == {
-        (system, f"{search} batch 4")
+        (system + precision, f"{search} batch 4")
         for system in ("alignmt-luong", "alignmt-rnnsearch")
+        for precision in ("", " bf16")
         for search in ("greedy", "beam5")
     }
     for r in matched:  # min = max length: every output has exactly that many words

@@ -14,6 +14,7 @@ from alignmt.decoding.hypothesis import (
     constrain,
     max_output_lengths,
 )
+from alignmt.decoding.precision import check_precision, model_precision
 from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID
 
@@ -59,7 +60,8 @@ class BeamSearch:
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
-    "No UNK" evaluation), which a call can also ask for alone.
+    "No UNK" evaluation), which a call can also ask for alone. `precision="bfloat16"` runs the
+    model's steps in bfloat16 (decoding/precision.py).
     """
 
     # Forbidding [UNK] can change outputs that hold none (other beams survive).
@@ -77,6 +79,7 @@ class BeamSearch:
         min_length: int = 0,
         forbid_unk: bool = False,
         stopping: str = "exact",
+        precision: str = "float32",
     ):
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -90,6 +93,8 @@ class BeamSearch:
         if stopping not in ("exact", "early"):
             raise ValueError(f"stopping must be 'exact' or 'early', got {stopping!r}")
         check_lengths(min_length, max_length)
+        check_precision(precision)
+        self.precision = precision
         self.beam_size = beam_size
         self.nbest = nbest
         self.length_penalty = length_penalty
@@ -133,6 +138,10 @@ class BeamSearch:
         if self.coverage_penalty and not model.has_attention:
             raise ValueError("coverage_penalty needs a model with attention")
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
+        with model_precision(self.precision, src.device):
+            return self._search(model, src, src_lengths, banned)
+
+    def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         beams = _Beams.start(self, model, src, src_lengths)
         for t in range(int(beams.limits.max()) + 1):
             logits, beams.state, alpha = model.step(beams.prev, beams.memory, beams.state)
@@ -255,7 +264,7 @@ class _Beams:
         [EOS] of each sentence (log P [n, K], the rows they extend and their words, [n, K]),
         and every live prefix's [EOS] extension [n, K]."""
         n, K, V = self.sentences.numel(), self.K, log_probs.size(1)
-        extended = self.scores.view(-1, 1) + log_probs  # [n * K, V]
+        extended = log_probs.add_(self.scores.view(-1, 1))  # [n * K, V], in place
         ends = extended[:, EOS_ID].clone()
         extended[:, EOS_ID] = -math.inf
         top, top_ids = extended.view(n, K * V).topk(K, dim=1)

@@ -11,7 +11,7 @@ from torch import nn
 from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
-from alignmt.models.fused_recurrence import LuongGRURecurrence
+from alignmt.models.fused_recurrence import LuongGRURecurrence, coverage_inputs
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.special_tokens import PAD_ID
@@ -140,13 +140,15 @@ class LuongDecoder(Decoder):
 
     def _fused_input_feeding(self, tgt_in, memory, state):
         """Input feeding through the hand-written recurrence (fused_recurrence.py), where it
-        applies: one GRU layer, additive energies without state, no active dropout, CPU."""
-        energy = self.attention.fused_energy_weights()
+        applies: one GRU layer, additive energies (with a coverage model that declares a fused
+        cell, if any), no active dropout, CPU."""
+        energy = self.attention.fused_energy_weights(coverage=True)
+        coverage = coverage_inputs(self.attention, state["attention"])
         if (
             energy is None
+            or coverage is None
             or self.is_lstm
             or self.num_layers != 1
-            or state["attention"]
             or (self.training and self.dropout.p > 0)
             or tgt_in.is_cuda
         ):
@@ -168,6 +170,7 @@ class LuongDecoder(Decoder):
             w_ih[:, E:],
             w_c[:, :D],
             v,
+            *coverage,
         )
 
     def paper_init_(self) -> None:

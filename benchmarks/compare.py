@@ -1,14 +1,31 @@
-"""alignmt against Joey NMT and OpenNMT-py on the shared workload, in one invocation.
+"""alignmt against Joey NMT and OpenNMT-py on the shared workload: the whole speed table at once.
 
     bash benchmarks/peers/setup_peers.sh                      # once: the peers' virtualenvs
-    python benchmarks/compare.py WORKLOAD_DIR SCRATCH_DIR [--repeats 3]
+    python benchmarks/compare.py WORKLOAD_DIR SCRATCH_DIR [--repeats 3] [--no-peers]
 
-WORKLOAD_DIR is what ../shared/bench/make_workload.py writes (made there if missing). Each
-repeat trains every system for 60 steps and decodes the 500 test sentences greedy and with
-beam 5 from that model (batches of 64, at most 100 output tokens), the systems in a rotated
-order so none always runs first; every run is a fresh process with 2 threads. The medians
-over the repeats go to SCRATCH_DIR/summary.md and are printed, with the ratio of each alignmt
-configuration to the faster peer; every single figure is in SCRATCH_DIR/runs.jsonl.
+WORKLOAD_DIR is what ../shared/bench/make_workload.py writes (made there if missing). Every run
+is a fresh process with `--threads` threads; systems run in an order rotated every repeat, so
+none always runs first. Sections (each can be left out):
+
+- speed: per repeat, every system trains `--steps` steps (tokens/s over the steps after
+  `--warmup`, peak memory) and decodes from that model at matched output length: the test
+  sentences with min length = max length = `--length` (no end of sentence before the cap), so
+  every system emits the same number of tokens; greedy and beam 5 (our beam search stops
+  `exact`ly, which at a fixed length does the work `early` stopping does: every hypothesis
+  ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
+  alignmt decodes at each of `--precisions`: float32 (exact, the default) and bfloat16 (the
+  model's steps under autocast; columns "... bf16").
+- extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
+  sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
+- trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own
+  greedy decoding of dev, scored here with sacrebleu) reaches `--bleu-target`, then decodes the
+  test set at its natural lengths (at most `--length` tokens), each search and batch size, for
+  every repeat, with test BLEU (so the bfloat16 columns show what that precision costs).
+
+Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
+their median reported beside the medians of the figures. Every figure goes to
+SCRATCH_DIR/runs.jsonl as it is measured; the markdown table to SCRATCH_DIR/summary.md and
+stdout.
 """
 
 from __future__ import annotations
@@ -23,118 +40,368 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "peers"))
 import peers  # noqa: E402
+from peers import Decoding  # noqa: E402
 
-OURS = ("alignmt-luong", "alignmt-rnnsearch")
-PEERS = ("joeynmt", "onmt")
-FIGURES = (
-    ("train", "train_tok_per_s", "training target tokens/s"),
-    ("greedy", "out_tok_per_s", "greedy output tokens/s"),
-    ("beam5", "out_tok_per_s", "beam-5 output tokens/s"),
-    ("greedy", "sent_per_s", "greedy sentences/s"),
-    ("beam5", "sent_per_s", "beam-5 sentences/s"),
-    ("train", "peak_rss_main_mib", "training peak RSS, MiB (main process)"),
-)
-
-
-def ours(command: list[str], threads: int) -> dict:
-    """benchmarks/workload.py in a fresh process; its JSON figures."""
-    out = subprocess.run(
-        [sys.executable, str(HERE / "workload.py"), *command, "--threads", str(threads)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**peers.peer_env(threads), "PYTHONPATH": str(HERE.parent / "src")},
-    ).stdout
-    return json.loads(out[out.index("{") :])
+OURS = {"alignmt-luong": "luong", "alignmt-rnnsearch": "rnnsearch"}
+SEARCHES = peers.SEARCHES
+EXTENSIONS = {
+    "rnnsearch": ("rnnsearch", []),
+    "rnnsearch + linguistic coverage": ("rnnsearch", ["model/coverage=linguistic"]),
+    "rnnsearch + neural coverage": ("rnnsearch", ["model/coverage=neural"]),
+    "rnnsearch + scheduled sampling": ("rnnsearch", ["sampling=linear", "sampling.k=0.75"]),
+    "luong": ("luong", []),
+    "luong + scheduled sampling": ("luong", ["sampling=linear", "sampling.k=0.75"]),
+}
 
 
-def run_system(system: str, workload: Path, scratch: Path, args: argparse.Namespace) -> dict:
-    """Train `system` once and decode with each search: {"train": {...}, search: {...}}."""
-    if system in PEERS:
-        return peers.run_peer(
-            system,
-            workload,
-            scratch,
-            steps=args.steps,
-            warmup=args.warmup,
-            sentences=args.sentences,
-            searches=peers.SEARCHES,
-            threads=args.threads,
+class Ours:
+    """alignmt's side, run like a peer: benchmarks/workload.py in a fresh process per run."""
+
+    def __init__(self, model: str, overrides: list[str], threads: int):
+        self.name = f"alignmt-{model}"
+        self.model, self.overrides, self.threads = model, overrides, threads
+
+    def _run(self, command: list[str]) -> dict:
+        options = [f"--override={o}" for o in model_overrides(self.overrides, self.model)]
+        out = subprocess.run(
+            [sys.executable, str(HERE / "workload.py"), *command, *options],
+            capture_output=True,
+            text=True,
+            env={**peers.peer_env(self.threads), "PYTHONPATH": str(HERE.parent / "src")},
         )
-    model = system.split("-", 1)[1]
-    budget = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-    trained = ours(["train", str(workload), str(scratch), "--model", model, *budget], args.threads)
-    subset = ["--sentences", str(args.sentences)] if args.sentences else []
-    decode = ["decode", str(workload), str(scratch), "--checkpoint", trained["checkpoint"]]
-    result = {"train": trained}
-    for search in peers.SEARCHES:
-        result[search] = ours([*decode, "--search", search, *subset], args.threads)
-    return result
+        if out.returncode != 0:
+            raise RuntimeError(f"workload.py {' '.join(command)} failed:\n{out.stderr[-3000:]}")
+        return json.loads(out.stdout[out.stdout.index("{") :])
+
+    def train(
+        self, data_dir, scratch, *, steps=60, warmup=10, save_every=None, resume=None, timed=True
+    ):
+        command = ["train", str(data_dir), str(scratch), "--model", self.model]
+        command += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(self.threads)]
+        command += ["--save-as", f"{self.name}-{steps}"]
+        if resume is not None:
+            command += ["--resume", str(resume)]
+        if not timed:
+            command.append("--untimed")
+        return self._run(command)
+
+    def decode(self, data_dir, scratch, checkpoint, decoding: Decoding, precision="float32"):
+        output = Path(scratch) / f"{self.name}_{decoding.split}_{decoding.search}_{precision}.out"
+        command = ["decode", str(data_dir), str(scratch), "--checkpoint", str(checkpoint)]
+        command += ["--search", decoding.search, "--batch-size", str(decoding.batch_size)]
+        command += ["--min-length", str(decoding.min_length), "--max-length"]
+        command += [str(decoding.max_length), "--split", decoding.split, "--output", str(output)]
+        command += ["--threads", str(self.threads), "--precision", precision]
+        if decoding.sentences is not None:
+            command += ["--sentences", str(decoding.sentences)]
+        return self._run(command)
 
 
-def summarise(runs: list[dict], systems: list[str]) -> str:
-    median = {
-        (s, stage, key): statistics.median(r[stage][key] for r in runs if r["system"] == s)
-        for s in systems
-        for stage, key, _ in FIGURES
+def model_overrides(overrides: list[str], model: str) -> list[str]:
+    """The overrides for `model`: those without a prefix and those prefixed `model:`."""
+    out = []
+    for override in overrides:
+        target, _, rest = override.partition(":")
+        if not rest:
+            out.append(override)
+        elif target == model:
+            out.append(rest)
+    return out
+
+
+def bleu(hypotheses: Path, references: Path) -> float:
+    import sacrebleu
+
+    hyps = hypotheses.read_text().splitlines()
+    refs = references.read_text().splitlines()[: len(hyps)]
+    return sacrebleu.corpus_bleu(hyps, [refs]).score
+
+
+class Log:
+    """Every measurement, appended to runs.jsonl as it comes."""
+
+    def __init__(self, path: Path):
+        self.path, self.records = path, []
+
+    def add(self, section: str, system: str, repeat: int, key: str, figures: dict) -> dict:
+        record = {**figures, "section": section, "system": system, "repeat": repeat, "key": key}
+        self.records.append(record)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"[{section}] repeat {repeat} {system} {key}: {summary_line(record)}", flush=True)
+        return record
+
+    def values(self, section: str, key: str, figure: str) -> dict[tuple[str, int], float]:
+        return {
+            (r["system"], r["repeat"]): r[figure]
+            for r in self.records
+            if r["section"] == section and r["key"] == key and figure in r
+        }
+
+
+def summary_line(record: dict) -> str:
+    names = ("train_tok_per_s", "sent_per_s", "out_tok_per_s", "dev_bleu", "peak_rss_main_mib")
+    return ", ".join(
+        f"{n} {record[n]:.1f}" for n in names if isinstance(record.get(n), float | int)
+    )
+
+
+def rotated(items: list, repeat: int) -> list:
+    shift = repeat % len(items)
+    return items[shift:] + items[:shift]
+
+
+def decodings(args, split: str = "test", min_length: int | None = None) -> list[Decoding]:
+    fixed = args.length if min_length is None else min_length
+    out = []
+    for batch_size in args.batch_sizes:
+        sentences = args.batch1_sentences if batch_size == 1 else args.sentences
+        for search in SEARCHES:
+            out.append(Decoding(search, batch_size, fixed, args.length, split, sentences))
+    return out
+
+
+def is_ours(system: str) -> bool:
+    return system.split()[0] in OURS
+
+
+def decode_all(system, name: str, checkpoint, decoding: Decoding, scratch, args):
+    """{column name: figures}: a peer once, alignmt at each of `--precisions`."""
+    if not is_ours(name):
+        return {name: system.decode(args.workload, scratch, checkpoint, decoding)}
+    return {
+        name + ("" if precision == "float32" else " bf16"): system.decode(
+            args.workload, scratch, checkpoint, decoding, precision
+        )
+        for precision in args.precisions
     }
-    peers_here = [s for s in systems if s in PEERS]
-    lines = [
-        "| figure | "
-        + " | ".join(systems)
-        + " | "
-        + " | ".join(f"{s} / faster peer" for s in systems if s in OURS)
-        + " |"
+
+
+def decoding_key(d: Decoding) -> str:
+    return f"{d.search} batch {d.batch_size}"
+
+
+def speed_section(systems: dict, args, log: Log) -> None:
+    for repeat in range(args.repeats):
+        for name in rotated(list(systems), repeat):
+            system, scratch = systems[name], args.scratch / name
+            trained = system.train(args.workload, scratch, steps=args.steps, warmup=args.warmup)
+            log.add("speed", name, repeat, "train", trained)
+            for decoding in decodings(args):
+                runs = decode_all(system, name, trained["checkpoint"], decoding, scratch, args)
+                for column, figures in runs.items():
+                    log.add("speed", column, repeat, decoding_key(decoding), figures)
+
+
+def extensions_section(args, log: Log) -> None:
+    names = [
+        n
+        for n in EXTENSIONS
+        if n in args.extensions or n in {EXTENSIONS[e][0] for e in args.extensions}
     ]
-    lines.append("|---" * (1 + len(systems) + sum(s in OURS for s in systems)) + "|")
-    for stage, key, label in FIGURES:
-        row = [f"{median[s, stage, key]:,.1f}" for s in systems]
-        if peers_here:
-            pick = min if key == "peak_rss_main_mib" else max
-            best = pick(median[p, stage, key] for p in peers_here)
-            row += [f"{median[s, stage, key] / best:.2f}x" for s in systems if s in OURS]
-        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    for repeat in range(args.repeats):
+        for name in rotated(names, repeat):
+            model, extra = EXTENSIONS[name]
+            system = Ours(model, [*args.override, *extra], args.threads)
+            scratch = args.scratch / "extensions"
+            figures = system.train(args.workload, scratch, steps=args.steps, warmup=args.warmup)
+            log.add("extensions", name, repeat, "train", figures)
+
+
+def train_to_target(system, args, log: Log) -> dict:
+    """Rounds of `round_steps` until dev BLEU reaches the target (or `max_rounds`)."""
+    scratch, checkpoint, steps = args.scratch / "trained" / system.name, None, 0
+    for _ in range(args.max_rounds):
+        steps += args.round_steps
+        trained = system.train(
+            args.workload,
+            scratch,
+            steps=steps,
+            warmup=min(args.warmup, steps - 1),
+            save_every=args.round_steps,
+            resume=checkpoint,
+            timed=False,
+        )
+        checkpoint = trained["checkpoint"]
+        dev = Decoding("greedy", 64, 0, args.length, "dev")
+        decoded = system.decode(args.workload, scratch, checkpoint, dev)
+        dev_bleu = bleu(Path(decoded["output"]), args.workload / "dev.trg")
+        if dev_bleu >= args.bleu_target:
+            break
+    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": checkpoint}
+    result["reached"] = dev_bleu >= args.bleu_target
+    return log.add("trained", system.name, 0, "model", result)
+
+
+def trained_section(systems: dict, args, log: Log) -> None:
+    models = {name: train_to_target(system, args, log) for name, system in systems.items()}
+    for repeat in range(args.repeats):
+        for name in rotated(list(systems), repeat):
+            scratch = args.scratch / "trained" / name
+            for decoding in decodings(args, min_length=0):
+                checkpoint = models[name]["checkpoint"]
+                runs = decode_all(systems[name], name, checkpoint, decoding, scratch, args)
+                for column, figures in runs.items():
+                    if decoding.sentences is None:
+                        test = args.workload / "test.trg"
+                        figures["test_bleu"] = bleu(Path(figures["output"]), test)
+                    log.add("trained", column, repeat, decoding_key(decoding), figures)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def row(log: Log, section: str, key: str, figure: str, systems: list[str], label: str, lower=False):
+    """One table row: each system's median, then each alignmt system's median ratio (within a
+    repeat) to the best peer (the highest figure, or the lowest with `lower`)."""
+    values = log.values(section, key, figure)
+    repeats = sorted({r for _, r in values})
+    cells = []
+    for s in systems:
+        got = [values[s, r] for r in repeats if (s, r) in values]
+        cells.append(f"{statistics.median(got):,.1f}" if got else "-")
+    peers_here = [s for s in systems if s in peers.PEERS]
+    for ours in (s for s in systems if is_ours(s) and peers_here):
+        ratios = []
+        for r in repeats:
+            others = [values[p, r] for p in peers_here if (p, r) in values]
+            if (ours, r) in values and others:
+                best = min(others) if lower else max(others)
+                ratios.append(values[ours, r] / best)
+        cells.append(f"{statistics.median(ratios):.2f}x" if ratios else "-")
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def header(systems: list[str], first: str) -> list[str]:
+    ratios = (
+        [f"{s} / best peer" for s in systems if s in OURS]
+        if any(s in peers.PEERS for s in systems)
+        else []
+    )
+    columns = [first, *systems, *ratios]
+    return ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+
+
+def table(log: Log, args, systems: list[str]) -> str:
+    lines = [f"Medians of {args.repeats} repeats, {args.threads} threads.", ""]
+    if "speed" in args.sections:
+        lines += [f"**Training** ({args.steps} steps, timed after {args.warmup})", ""]
+        lines += header(systems, "figure")
+        lines.append(row(log, "speed", "train", "train_tok_per_s", systems, "target tokens/s"))
+        lines.append(
+            row(log, "speed", "train", "peak_rss_main_mib", systems, "peak RSS, MiB", lower=True)
+        )
+        lines.append(
+            row(log, "speed", "train", "matmul_peak_percent", systems, "% of fp32 matmul peak")
+        )
+        lines += ["", f"**Decoding at matched length** (min = max = {args.length} tokens)", ""]
+        lines += decoding_rows(log, "speed", args, systems)
+    if "extensions" in args.sections:
+        lines += ["", "**alignmt's training extensions** (target tokens/s)", ""]
+        lines += extension_rows(log)
+    if "trained" in args.sections:
+        lines += ["", f"**Trained models** (dev BLEU >= {args.bleu_target}), natural lengths", ""]
+        lines += header(systems, "figure")
+        lines.append(row(log, "trained", "model", "steps", systems, "training steps"))
+        lines.append(row(log, "trained", "model", "dev_bleu", systems, "dev BLEU (greedy)"))
+        key = decoding_key(Decoding("greedy", args.batch_sizes[0]))
+        lines.append(row(log, "trained", key, "test_bleu", systems, f"test BLEU ({key})"))
+        lines.append(row(log, "trained", key, "mean_output_len", systems, "mean output length"))
+        lines += decoding_rows(log, "trained", args, systems)[2:]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def decoding_rows(log: Log, section: str, args, systems: list[str]) -> list[str]:
+    lines = header(systems, "search, batch")
+    for decoding in decodings(args):
+        key = decoding_key(decoding)
+        n = decoding.sentences or "all"
+        lines.append(row(log, section, key, "sent_per_s", systems, f"{key}: sentences/s ({n})"))
+        lines.append(row(log, section, key, "out_tok_per_s", systems, f"{key}: tokens/s"))
+    return lines
+
+
+def extension_rows(log: Log) -> list[str]:
+    values = log.values("extensions", "train", "train_tok_per_s")
+    lines = ["| configuration | tokens/s | / plain |", "|---|---|---|"]
+    for name, (model, _) in EXTENSIONS.items():
+        repeats = sorted(r for s, r in values if s == name)
+        if not repeats:
+            continue
+        ratios = [values[name, r] / values[model, r] for r in repeats if (model, r) in values]
+        median = statistics.median(values[name, r] for r in repeats)
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        lines.append(f"| {name} | {median:,.0f} | {ratio} |")
+    return lines
+
+
+def precision_suffixes(args) -> list[str]:
+    return ["" if p == "float32" else " bf16" for p in args.precisions]
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", type=Path)
     parser.add_argument("scratch", type=Path)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--systems", nargs="+", default=[*OURS, *PEERS])
+    parser.add_argument("--no-peers", action="store_true", help="alignmt only")
+    parser.add_argument(
+        "--sections", nargs="+", default=["speed", "extensions", "trained"],
+        choices=["speed", "extensions", "trained"],
+    )  # fmt: skip
+    parser.add_argument(
+        "--extensions", nargs="+", default=list(EXTENSIONS), choices=list(EXTENSIONS),
+        help="the configurations of the extensions section (each with its plain model)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=60, help="training steps, warm-up included")
     parser.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
+    parser.add_argument("--length", type=int, default=100, help="output tokens (the cap)")
     parser.add_argument("--sentences", type=int, default=None, help="first N test sentences")
-    args = parser.parse_args()
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 1])
+    parser.add_argument("--batch1-sentences", type=int, default=100)
+    parser.add_argument(
+        "--precisions", nargs="+", default=["float32", "bfloat16"],
+        choices=["float32", "bfloat16"], help="alignmt's decoding precisions (float32: exact)",
+    )  # fmt: skip
+    parser.add_argument("--bleu-target", type=float, default=90.0)
+    parser.add_argument("--round-steps", type=int, default=500)
+    parser.add_argument("--max-rounds", type=int, default=20)
+    parser.add_argument("--peer-configs", type=Path, default=peers.DEFAULT_CONFIGS)
+    parser.add_argument("--peers-dir", type=Path, default=None)
+    parser.add_argument(
+        "--override", action="append", default=[],
+        help="a Hydra override for alignmt's runs, `luong:` or `rnnsearch:` before it for "
+        "one model only (tests shrink the models)",
+    )  # fmt: skip
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if not (args.workload / "train.src").is_file():
-        maker = HERE.parents[1] / "shared" / "bench" / "make_workload.py"
+        maker = peers.REPOSITORY.parent / "shared" / "bench" / "make_workload.py"
         subprocess.run([sys.executable, str(maker), str(args.workload)], check=True)
+    args.workload, args.scratch = args.workload.resolve(), args.scratch.resolve()
     args.scratch.mkdir(parents=True, exist_ok=True)
-    runs = []
-    with (args.scratch / "runs.jsonl").open("a") as log:
-        for repeat in range(args.repeats):
-            shift = repeat % len(args.systems)
-            for system in args.systems[shift:] + args.systems[:shift]:
-                figures = {
-                    "system": system,
-                    "repeat": repeat,
-                    **run_system(system, args.workload, args.scratch, args),
-                }
-                runs.append(figures)
-                log.write(json.dumps(figures) + "\n")
-                log.flush()
-                print(
-                    f"repeat {repeat} {system}: train "
-                    f"{figures['train']['train_tok_per_s']:.0f} tok/s, greedy "
-                    f"{figures['greedy']['out_tok_per_s']:.0f}, beam-5 "
-                    f"{figures['beam5']['out_tok_per_s']:.0f} output tok/s",
-                    flush=True,
-                )
-    table = summarise(runs, args.systems)
-    (args.scratch / "summary.md").write_text(table)
-    print(table)
+    systems = {name: Ours(model, args.override, args.threads) for name, model in OURS.items()}
+    if not args.no_peers:
+        for name in peers.PEERS:
+            systems[name] = peers.make_peer(
+                name, configs=args.peer_configs, peers_dir=args.peers_dir, threads=args.threads
+            )
+    log = Log(args.scratch / "runs.jsonl")
+    if "speed" in args.sections:
+        speed_section(systems, args, log)
+    if "extensions" in args.sections:
+        extensions_section(args, log)
+    if "trained" in args.sections:
+        trained_section(systems, args, log)
+    columns = [n + suffix for n in OURS for suffix in precision_suffixes(args)]
+    summary = table(log, args, [*columns, *(n for n in systems if not is_ours(n))])
+    (args.scratch / "summary.md").write_text(summary)
+    print(summary)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,33 @@
 """alignmt on the shared speed workload (../shared/bench), measured like the peer toolkits.
 
     python benchmarks/workload.py train WORKLOAD_DIR SCRATCH_DIR [--model luong|rnnsearch]
-        [--steps 60] [--warmup 10] [--threads 2]
+        [--steps 60] [--warmup 10] [--override KEY=VALUE ...] [--resume CKPT]
+        [--save-as NAME] [--threads 2]
     python benchmarks/workload.py decode WORKLOAD_DIR SCRATCH_DIR --checkpoint PATH
-        [--search greedy|beam5] [--sentences N]
+        [--search greedy|beam5] [--batch-size 64] [--min-length 0] [--max-length 100]
+        [--split test|dev] [--sentences N] [--precision float32|bfloat16] [--output FILE]
+        [--threads 2]
 
 Prints one JSON dict of figures, named as benchmarks/peers/peers.py names them.
 `luong` is the configuration the peers run (embeddings 256, bidirectional GRU encoder of 256
 per direction, one GRU decoder layer of 512 in Luong's order with input feeding, additive
 attention, no dropout, batches of 64 sentences, Adam 1e-3); `rnnsearch` is Bahdanau et al.'s
-decoder at the same sizes (maxout 256).
+decoder at the same sizes (maxout 256). `--override` adds Hydra overrides (a coverage model,
+scheduled sampling, smaller sizes for tests).
 
 Training is the real training path (Lightning, TranslationTask, length-bucketed batches); a
 callback takes the time at the end of every step and counts the batch's non-padding target
 tokens (words + end of sentence): `train_tok_per_s` is the tokens of steps warmup+1..steps
 over the time between the end of step `warmup` and the end of step `steps`. Peak memory is
-the process's own high-water mark (no worker processes). Decoding times only the search over
-the 500 test sentences (batches of 64, sorted by length, at most 100 output tokens, like the
-peers' generation time); `output_tokens` counts words without the end of sentence.
+the process's own high-water mark (no worker processes). `train_gflop_per_s` counts the
+matrix products of a training step (torch's FlopCounterMode) at that rate, beside this
+machine's float32 matrix-product rate with the same threads. With `--resume`, training goes
+on from a checkpoint up to `--steps` in all; `--untimed` leaves the figures out (the rounds of
+compare.py's trained models).
+
+Decoding times only the search over the split's sentences (batches sorted by source length,
+as evaluation batches them); `output_tokens` counts words without the end of sentence, and
+the translations go to `--output` in the split's order.
 """
 
 from __future__ import annotations
@@ -50,11 +60,12 @@ MODELS = {
         "model.attention.attention_size=null",
     ],
 }
+SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # workload file -> alignmt split
 
 
 def data_overrides(workload: Path) -> list[str]:
     files = []
-    for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
+    for name, split in SPLITS.items():
         files += [
             f"data.corpus.{split}.source={workload / name}.src",
             f"data.corpus.{split}.target={workload / name}.trg",
@@ -91,7 +102,26 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) -> dict:
+def trainer(steps: int, callbacks: list):
+    import pytorch_lightning as pl
+
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        gradient_clip_val=1.0,
+        use_distributed_sampler=False,
+        callbacks=callbacks,
+    )
+
+
+def train(args) -> dict:
     import pytorch_lightning as pl
 
     from alignmt.build import build
@@ -104,47 +134,47 @@ def train(workload: Path, scratch: Path, model: str, steps: int, warmup: int) ->
             self.ends.append(time.perf_counter())
             self.tokens.append(batch.num_target_tokens)
 
-    cfg = compose(workload, scratch, model, [])
+    cfg = compose(args.workload, args.scratch, args.model, args.override)
     started = time.perf_counter()
     built = build(cfg)
-    dm, net, task = built.datamodule, built.model, built.task
     clock = Clock()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=steps,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        gradient_clip_val=1.0,
-        use_distributed_sampler=False,
-        callbacks=[clock],
-    )
-    trainer.fit(task, datamodule=dm)
+    fit = trainer(args.steps, [clock])
+    fit.fit(built.task, datamodule=built.datamodule, ckpt_path=args.resume)
     peak_rss = peak_rss_mib()  # before the FLOP count and the matmul peak below allocate more
-    checkpoint = scratch / f"alignmt-{model}.ckpt"
-    trainer.save_checkpoint(checkpoint)
+    checkpoint = args.scratch / f"{args.save_as or 'alignmt-' + args.model}.ckpt"
+    fit.save_checkpoint(checkpoint)
+    figures = {
+        "system": f"alignmt-{args.model}",
+        "steps": args.steps,
+        "overrides": args.override,
+        "peak_rss_main_mib": peak_rss,
+        "parameters": sum(p.numel() for p in built.model.parameters()),
+        "checkpoint": str(checkpoint),
+    }
+    if not args.untimed:
+        figures.update(timing(clock, built, args.steps, args.warmup))
+    figures["wall_s"] = time.perf_counter() - started
+    return figures
+
+
+def timing(clock, built, steps: int, warmup: int) -> dict:
+    """Training rates over steps warmup+1..steps, and how much of the machine they use."""
     seconds = clock.ends[steps - 1] - clock.ends[warmup - 1]
     tokens = sum(clock.tokens[warmup:steps])
-    flops_per_token = training_flops_per_token(task, next(iter(dm.train_dataloader())))
+    batch = next(iter(built.datamodule.train_dataloader()))
+    flops_per_token = training_flops_per_token(built.task, batch)
+    gflops = flops_per_token * tokens / seconds / 1e9
+    peak = matmul_peak_gflops()
     return {
-        "flops_per_target_token": flops_per_token,
-        "train_gflop_per_s": flops_per_token * tokens / seconds / 1e9,
-        "matmul_peak_gflop_per_s": matmul_peak_gflops(),
-        "system": f"alignmt-{model}",
-        "steps": steps,
         "warmup": warmup,
         "seconds": seconds,
         "target_tokens": tokens,
         "train_tok_per_s": tokens / seconds,
-        "sentences_per_s": 64 * (steps - warmup) / seconds,
-        "peak_rss_main_mib": peak_rss,
-        "parameters": sum(p.numel() for p in net.parameters()),
-        "wall_s": time.perf_counter() - started,
-        "checkpoint": str(checkpoint),
+        "sentences_per_s": built.datamodule.batch_size * (steps - warmup) / seconds,
+        "flops_per_target_token": flops_per_token,
+        "train_gflop_per_s": gflops,
+        "matmul_peak_gflop_per_s": peak,
+        "matmul_peak_percent": 100 * gflops / peak,
     }
 
 
@@ -179,46 +209,68 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def decode(workload: Path, checkpoint: Path, search_name: str, sentences: int | None) -> dict:
+def make_search(args):
+    from alignmt.decoding import BeamSearch, GreedySearch
+
+    lengths = {"max_length": args.max_length, "min_length": args.min_length}
+    lengths["precision"] = args.precision
+    if args.search == "greedy":
+        return GreedySearch(**lengths)
+    return BeamSearch(beam_size=5, stopping=args.stopping, **lengths)
+
+
+def decode(args) -> dict:
     import torch
 
     from alignmt.build import restore
-    from alignmt.decoding import BeamSearch, GreedySearch
+    from alignmt.data.batching import LengthBucketSampler, collate
 
     started = time.perf_counter()
-    restored = restore(checkpoint)
+    restored = restore(args.checkpoint)
     dm = restored.datamodule
     dm.setup("test")
-    search = (
-        GreedySearch(max_length_ratio=0.0, max_length_offset=100)
-        if search_name == "greedy"
-        else BeamSearch(beam_size=5, max_length_ratio=0.0, max_length_offset=100)
-    )
-    decoded = words = capped = 0
+    pairs = dm.pairs[SPLITS[args.split]]
+    n = len(pairs) if args.sentences is None else min(args.sentences, len(pairs))
+    lengths = pairs.lengths()[:n]
+    batches = [
+        collate([pairs[i] for i in indices])
+        for indices in LengthBucketSampler(lengths, args.batch_size, shuffle=False)
+    ]
+    search, model, vocab = make_search(args), restored.model.eval(), dm.target_vocab
+    outputs: list[str | None] = [None] * n
+    words = capped = 0
     seconds = 0.0
-    for batch in dm.test_dataloader():
-        if sentences is not None and decoded >= sentences:
-            break
+    for batch in batches:
         start = time.perf_counter()
         with torch.inference_mode():
-            nbest = search(restored.model, batch.src, batch.src_lengths)
+            nbest = search(model, batch.src, batch.src_lengths)
         seconds += time.perf_counter() - start
-        lengths = [len(hyps[0].tokens) for hyps in nbest]
-        decoded += len(lengths)
-        words += sum(lengths)
-        capped += sum(n >= 100 for n in lengths)
+        for i, hyps in zip(batch.indices.tolist(), nbest, strict=True):
+            tokens = hyps[0].tokens
+            outputs[i] = " ".join(vocab.decode(tokens))
+            words += len(tokens)
+            capped += len(tokens) >= args.max_length
+    if args.output:
+        args.output.write_text("".join(line + "\n" for line in outputs))
     return {
-        "system": f"alignmt ({checkpoint.stem})",
-        "search": search_name,
-        "sentences": decoded,
+        "system": f"alignmt ({args.checkpoint.stem})",
+        "search": args.search,
+        "stopping": args.stopping if args.search != "greedy" else None,
+        "batch_size": args.batch_size,
+        "min_length": args.min_length,
+        "max_length": args.max_length,
+        "split": args.split,
+        "precision": args.precision,
+        "sentences": n,
         "decode_s": seconds,
         "output_tokens": words,
         "out_tok_per_s": words / seconds,
-        "sent_per_s": decoded / seconds,
+        "sent_per_s": n / seconds,
         "capped_sentences": capped,
-        "mean_output_len": words / decoded,
+        "mean_output_len": words / n,
         "wall_s": time.perf_counter() - started,
         "peak_rss_main_mib": peak_rss_mib(),
+        "output": str(args.output) if args.output else None,
     }
 
 
@@ -230,9 +282,20 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="luong")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--override", action="append", default=[], help="a Hydra override")
+    parser.add_argument("--resume", type=Path, default=None, help="go on from this checkpoint")
+    parser.add_argument("--untimed", action="store_true", help="only train (no figures)")
+    parser.add_argument("--save-as", default=None, help="checkpoint name in SCRATCH_DIR")
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--search", choices=["greedy", "beam5"], default="greedy")
+    parser.add_argument("--stopping", choices=["exact", "early"], default="exact")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--min-length", type=int, default=0)
+    parser.add_argument("--max-length", type=int, default=100)
+    parser.add_argument("--split", choices=["test", "dev"], default="test")
+    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--sentences", type=int, default=None)
+    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -240,10 +303,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     args.scratch.mkdir(parents=True, exist_ok=True)
-    if args.command == "train":
-        figures = train(args.workload, args.scratch, args.model, args.steps, args.warmup)
-    else:
-        figures = decode(args.workload, args.checkpoint, args.search, args.sentences)
+    figures = train(args) if args.command == "train" else decode(args)
     print(json.dumps(figures, indent=2))
 
 

@@ -2,74 +2,57 @@
 
     python benchmarks/peers/peers.py {joeynmt,onmt} WORKLOAD_DIR SCRATCH_DIR
         [--steps 60] [--warmup 10] [--sentences N] [--searches greedy beam5]
-        [--checkpoint PATH] [--onmt-length-ratio 0] [--peers-dir DIR] [--threads 2]
+        [--batch-size 64] [--min-length 0] [--max-length 100] [--checkpoint PATH]
+        [--peer-configs DIR] [--peers-dir DIR] [--threads 2]
 
 WORKLOAD_DIR is what `make_workload.py` wrote (train/dev/test .src/.trg, vocab.src/.trg);
 SCRATCH_DIR takes the written configs, the peer's model and outputs, and one log per command
-(it is overwritten run after run). The peers live in the virtualenvs that
-`benchmarks/peers/setup_peers.sh` makes (PEERS_DIR, default ~/.cache/alignmt-peers). The
-command trains the peer once, decodes with its checkpoint and prints all figures as JSON
-(with --checkpoint it only decodes). A driver imports the module and calls `train` and
-`decode` (or `run_peer`): plain functions, paths as arguments, a dict of figures back.
-Every run is a fresh process of the peer's own command line, with OMP_NUM_THREADS and
-MKL_NUM_THREADS set to `threads` and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (both peers pickle
-non-tensor objects into their checkpoints, which torch >= 2.6 refuses to load by default).
+(overwritten run after run). The configs are the shared ones (`--peer-configs`, by default
+../shared/bench/peer-configs from the repository root), their `__DATA__` and `__RUNS__` filled
+in and the run's settings written over them. The peers live in the virtualenvs that
+`benchmarks/peers/setup_peers.sh` makes (`--peers-dir`, default $PEERS_DIR or
+~/.cache/alignmt-peers). A driver makes a peer with `make_peer(name, ...)` and calls its
+`train` and `decode`: paths as arguments, a dict of figures back. Every run is a fresh process
+of the peer's own command line, with OMP_NUM_THREADS and MKL_NUM_THREADS set to `threads` and
+TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (both peers pickle non-tensor objects into checkpoints).
 
 How each figure is obtained (nothing is injected into the peers; all comes from their logs,
 their output files and the operating system):
 
-Training (`train`), steps warmup+1..steps (11..60 by default). The configs log every
-gcd(warmup, steps) steps (10 for the protocol's 60). Each peer logs, per logging interval,
-the non-padding target tokens (words + end of sentence: Joey's `Batch.ntokens`, OpenNMT-py's
-`n_words`, both count the target shifted past begin-of-sentence) per second over that
-interval, timed by the peer around its training loop:
-  - `seconds`: the time between the log line of step `warmup` and that of step `steps`, from
-    the lines' own timestamps (millisecond resolution).
-  - `target_tokens`: OpenNMT-py logs the average target tokens per batch of the interval
-    ("bsz: src/tgt/sents"), so tokens = that average x the interval's steps (exact up to the
-    rounding of the average to an integer, < 0.05%). Joey logs only the rate, so its tokens
-    are rate x the interval's duration between its log lines.
-  - `train_tok_per_s` = target_tokens / seconds: the headline figure.
-  - `train_tok_per_s_peer`: the peers' own interval rates combined over the window as
-    sum(tokens_i) / sum(tokens_i / rate_i), i.e. on the peer's own clock (for Joey the same
-    number as above by construction; for OpenNMT-py an independent check, within ~0.5%).
-  - `sentences_per_s`: 64 x (steps - warmup) / seconds (batches are 64 sentences).
-  - Joey's validation (needed to save a checkpoint) runs after the last logged step, OpenNMT-py
-    saves its checkpoint after the last step: neither is inside the window. Joey is started
-    with --skip-test (no decoding of the test set after training).
-  - `wall_s` is the whole command: start-up, OpenNMT-py's data loaders filling their first
-    bucket (minutes: they cycle the 20,000 pairs many times over; that is also why each
-    worker grows to ~3 GiB), Joey's validation and the checkpoint.
-  - Memory: the process tree of the command (the peer process and its children: OpenNMT-py's
-    data-loader workers) is sampled from /proc every `poll_s` (0.25 s) seconds.
-    `peak_rss_main_mib` is the peer process's own high-water mark (VmHWM, exact);
-    `peak_rss_children_mib` the children's VmHWM (one entry per child, largest first; forked
-    workers share pages with their parent, so they do not add up); `peak_rss_tree_mib` the
-    largest sampled sum of VmRSS over the whole tree at one instant (shared pages counted in
-    every process). No psutil or /usr/bin/time is needed.
+Training (`train`), steps warmup+1..steps (11..60 by default), logged every gcd(warmup, steps)
+steps. Each peer logs, per logging interval, the non-padding target tokens (words + end of
+sentence: Joey's `Batch.ntokens`, OpenNMT-py's `n_words`) per second over that interval:
+  - `seconds`: between the log lines of steps `warmup` and `steps`, from their timestamps.
+  - `target_tokens`: OpenNMT-py logs the average target tokens per batch of the interval, so
+    tokens = that average x the interval's steps (exact to < 0.05%); Joey logs only the rate,
+    so its tokens are rate x the interval's duration between its log lines.
+  - `train_tok_per_s` = target_tokens / seconds: the headline figure; `train_tok_per_s_peer`:
+    the peer's own interval rates combined over the window (an independent check for
+    OpenNMT-py); `sentences_per_s`: 64 x (steps - warmup) / seconds.
+  - Joey's validation (it saves the checkpoint) and OpenNMT-py's checkpoint come after the
+    window; Joey runs with --skip-test. `wall_s` is the whole command (start-up, OpenNMT-py's
+    data loaders filling their first bucket, Joey's validation, the checkpoint).
+  - Memory: the command's process tree is sampled from /proc every 0.25 s:
+    `peak_rss_main_mib` is the peer process's own high-water mark (VmHWM, exact),
+    `peak_rss_children_mib` its children's (OpenNMT-py's data-loader workers: forked, they
+    share pages with their parent), `peak_rss_tree_mib` the largest sum of VmRSS at one instant.
+  - With `resume`, training continues from a checkpoint up to `steps` in all (Joey's
+    `load_model`, OpenNMT-py's `train_from`), with the optimiser state, untimed: how the trained
+    models of benchmarks/compare.py are made, round after round.
 
-Decoding (`decode`): the peer's own test command (`joeynmt test ... --ckpt`,
-`onmt_translate -config ... -model ... -output ...`) on the first `sentences` test sentences
-(all 500 by default), batch 64 sentences, greedy or beam 5, at most 100 output tokens.
-  - `decode_s`: the generation time the peer reports for its loop over the batches, which
-    leaves out process start-up, imports, vocabulary and model loading, writing the output
-    and (Joey) BLEU scoring: Joey's "generation: X[sec]" (4 decimals); OpenNMT-py's "Average
-    translation time (ms)" x the number of sentences (its "Total translation time" is printed
-    to 0.1 s only).
-  - `wall_s`: wall time of the whole command; `startup_s` = wall_s - decode_s.
-  - The cap: Joey's `max_output_length: 100` is exact. OpenNMT-py 3.5.1 caps each batch at
-    min(max_length, max_length_ratio x longest source in the batch + 5) with
-    max_length_ratio 1.25 by default, i.e. about 67 tokens on this workload, not the config's
-    100. `decode` writes `max_length_ratio: 0` into its config (onmt_length_ratio=0.0, the
-    default) so both peers stop at exactly 100 tokens; onmt_length_ratio=None keeps the
-    toolkit's ratio, as the shared config alone does.
-  - `output_tokens`: whitespace tokens of the written translations, i.e. output words without
-    end of sentence (as benchmarks/decoding.py counts); `output_tokens_with_eos` adds one for
-    each sentence that ended before the cap (those produced an end of sentence).
-    `out_tok_per_s` = output_tokens / decode_s and `sent_per_s` = sentences / decode_s.
-    `capped_sentences` counts outputs of `max_output_length` (100) tokens. Output lengths
-    differ between the peers' barely trained models (after 60 steps Joey's run to the cap),
-    so compare decoding by output tokens/s, not sentences/s.
+Decoding (`decode`): the peer's own test command on a split (`test` or `dev`, or its first
+`sentences`), batches of `batch_size` sentences, greedy or beam 5, at most `max_length` output
+tokens and, with `min_length`, no end of sentence before that many (Joey's
+`min_output_length`, OpenNMT-py's `min_length`): min = max fixes every output's length.
+  - `decode_s`: the generation time the peer reports for its loop over the batches, without
+    start-up, model loading, writing and scoring: Joey's "generation: X[sec]"; OpenNMT-py's
+    "Average translation time (ms)" x the number of sentences.
+  - The cap: Joey's `max_output_length` is exact. OpenNMT-py caps each batch at
+    min(max_length, max_length_ratio x longest source + 5), its ratio 1.25 by default; its
+    `max_length_ratio` is written as 0, so both peers stop at exactly `max_length`.
+  - `output_tokens`: whitespace tokens of the written translations (words, without end of
+    sentence); `out_tok_per_s` = output_tokens / decode_s, `sent_per_s` = sentences / decode_s;
+    `capped_sentences` counts outputs of `max_length` tokens.
 """
 
 from __future__ import annotations
@@ -86,12 +69,14 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-PEERS = ("joeynmt", "onmt")
+import yaml
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIGS = REPOSITORY.parent / "shared" / "bench" / "peer-configs"
 SEARCHES = ("greedy", "beam5")
-CONFIG_DIR = Path(os.environ.get("PEER_CONFIGS", "/work/shared/bench/peer-configs"))
-MAX_OUTPUT_LENGTH = 100
 BATCH_SENTENCES = 64
 
 
@@ -100,18 +85,8 @@ def default_peers_dir() -> Path:
     return Path(os.environ.get("PEERS_DIR", Path.home() / ".cache" / "alignmt-peers"))
 
 
-def peer_bin(peer: str, peers_dir: Path | None = None) -> Path:
-    """The bin/ folder of a peer's virtualenv."""
-    if peer not in PEERS:
-        raise ValueError(f"unknown peer {peer!r}; one of {PEERS}")
-    path = Path(peers_dir or default_peers_dir()) / peer / "bin"
-    if not (path / "python").exists():
-        raise FileNotFoundError(f"{path} has no python: run benchmarks/peers/setup_peers.sh")
-    return path
-
-
 def peer_env(threads: int = 2) -> dict[str, str]:
-    """Environment for a peer command: thread count, and pickled checkpoints allowed."""
+    """Environment for a benchmark command: thread count, and pickled checkpoints allowed."""
     env = dict(os.environ)
     env.update(
         OMP_NUM_THREADS=str(threads),
@@ -122,134 +97,52 @@ def peer_env(threads: int = 2) -> dict[str, str]:
     return env
 
 
-# ---------------------------------------------------------------------------------------------
-# Configs
+@dataclass(frozen=True)
+class Decoding:
+    """What one decoding run asks for: the search, the batch size, the output lengths, and
+    which sentences (the first `sentences` of `split`, all of them by default)."""
+
+    search: str = "greedy"
+    batch_size: int = BATCH_SENTENCES
+    min_length: int = 0
+    max_length: int = 100
+    split: str = "test"
+    sentences: int | None = None
+
+    def __post_init__(self):
+        if self.search not in SEARCHES:
+            raise ValueError(f"unknown search {self.search!r}; one of {SEARCHES}")
+        if not 0 <= self.min_length <= self.max_length:
+            raise ValueError(f"need 0 <= min_length <= max_length, got {self}")
+
+    @property
+    def beam_size(self) -> int:
+        return 5 if self.search == "beam5" else 1
 
 
-def _sub_line(text: str, key: str, value: object) -> str:
-    """Replace the value of the (single) line `key: ...` in a YAML text, keeping its comment."""
-    pattern = re.compile(rf"^(\s*{re.escape(key)}:\s*)([^#\n]*?)(\s*(?:#.*)?)$", re.MULTILINE)
-    text, n = pattern.subn(lambda m: f"{m.group(1)}{value}{m.group(3)}", text)
-    if n != 1:
-        raise ValueError(f"expected one `{key}:` line in the config, found {n}")
-    return text
-
-
-def test_subset(data_dir: Path, scratch_dir: Path, sentences: int | None) -> Path:
-    """The folder whose test.{src,trg} holds the first `sentences` test pairs (or data_dir)."""
-    data_dir = Path(data_dir)
-    if sentences is None:
-        return data_dir
-    out = Path(scratch_dir) / f"test_head{sentences}"
+def split_subset(data_dir: Path, scratch_dir: Path, split: str, sentences: int | None) -> Path:
+    """A folder whose test.{src,trg} are the first `sentences` pairs of `split` (all by
+    default): the file names every decoding config reads."""
+    out = Path(scratch_dir) / f"{split}_head{sentences or 'all'}"
     out.mkdir(parents=True, exist_ok=True)
     for side in ("src", "trg"):
-        lines = (data_dir / f"test.{side}").read_text().splitlines(keepends=True)
-        if sentences > len(lines):
-            raise ValueError(f"asked for {sentences} test sentences, there are {len(lines)}")
+        lines = (Path(data_dir) / f"{split}.{side}").read_text().splitlines(keepends=True)
+        if sentences is not None and sentences > len(lines):
+            raise ValueError(f"asked for {sentences} {split} sentences, there are {len(lines)}")
         (out / f"test.{side}").write_text("".join(lines[:sentences]))
     return out
 
 
-def _fill(name: str, data_dir: Path, scratch_dir: Path) -> str:
-    text = (CONFIG_DIR / name).read_text()
-    return text.replace("__DATA__", str(data_dir)).replace("__RUNS__", str(scratch_dir))
-
-
-def write_train_config(
-    peer: str, data_dir: Path, scratch_dir: Path, *, steps: int = 60, warmup: int = 10
-) -> Path:
-    """Write the peer's training config into scratch_dir and return its path.
-
-    `__DATA__` becomes data_dir and `__RUNS__` scratch_dir. For steps other than the
-    protocol's 60, the step count, the logging interval (gcd(warmup, steps), so steps
-    `warmup` and `steps` are both logged) and Joey's validation step (it saves the
-    checkpoint) follow.
-    """
-    if not 0 < warmup < steps:
-        raise ValueError(f"need 0 < warmup < steps, got warmup={warmup}, steps={steps}")
-    data_dir, scratch_dir = Path(data_dir).resolve(), Path(scratch_dir).resolve()
-    scratch_dir.mkdir(parents=True, exist_ok=True)
-    log_every = math.gcd(warmup, steps)
-    if peer == "joeynmt":
-        if steps > 300:
-            # One epoch is 20,000 / 64 = 312 batches; Joey restarts its interval timer at an
-            # epoch boundary, so the interval rates would no longer cover the window.
-            raise ValueError("Joey's window must stay in its first epoch: steps <= 300")
-        text = _fill("joey_train.yaml", data_dir, scratch_dir)
-        text = _sub_line(text, "updates", steps)
-        text = _sub_line(text, "validation_freq", steps)
-        text = _sub_line(text, "logging_freq", log_every)
-        path = scratch_dir / "joey_train.yaml"
-    elif peer == "onmt":
-        text = _fill("onmt_train.yaml", data_dir, scratch_dir)
-        text = _sub_line(text, "train_steps", steps)
-        text = _sub_line(text, "report_every", log_every)
-        path = scratch_dir / "onmt_train.yaml"
-    else:
-        raise ValueError(f"unknown peer {peer!r}; one of {PEERS}")
-    path.write_text(text)
-    return path
-
-
-def write_decode_config(
-    peer: str,
-    data_dir: Path,
-    scratch_dir: Path,
-    *,
-    search: str = "greedy",
-    sentences: int | None = None,
-    onmt_length_ratio: float | None = 0.0,
-) -> Path:
-    """Write the peer's decoding config for `search` into scratch_dir and return its path.
-
-    `__DATA__` becomes data_dir and `__RUNS__` scratch_dir; with `sentences`, it reads the
-    first `sentences` test pairs (copied into scratch_dir). For OpenNMT-py,
-    `onmt_length_ratio` is written as its `max_length_ratio` (0: the cap is max_length, 100,
-    as Joey's; None: left out, so the toolkit's 1.25 applies: see the module doc).
-    """
-    if search not in SEARCHES:
-        raise ValueError(f"unknown search {search!r}; one of {SEARCHES}")
-    data_dir, scratch_dir = Path(data_dir).resolve(), Path(scratch_dir).resolve()
-    scratch_dir.mkdir(parents=True, exist_ok=True)
-    test_dir = test_subset(data_dir, scratch_dir, sentences)
-    if peer == "joeynmt":
-        text = _fill(f"joey_decode_{search}.yaml", data_dir, scratch_dir)
-        text = text.replace(f'"{data_dir}/test"', f'"{test_dir}/test"')
-        path = scratch_dir / f"joey_decode_{search}.yaml"
-    elif peer == "onmt":
-        text = _fill(f"onmt_decode_{search}.yaml", data_dir, scratch_dir)
-        text = _sub_line(text, "src", test_dir / "test.src")
-        if onmt_length_ratio is not None:
-            text += f"max_length_ratio: {onmt_length_ratio}\n"
-        path = scratch_dir / f"onmt_decode_{search}.yaml"
-    else:
-        raise ValueError(f"unknown peer {peer!r}; one of {PEERS}")
-    path.write_text(text)
-    return path
-
-
-def write_configs(
-    peer: str,
-    data_dir: Path,
-    scratch_dir: Path,
-    *,
-    steps: int = 60,
-    warmup: int = 10,
-    sentences: int | None = None,
-    onmt_length_ratio: float | None = 0.0,
-) -> dict[str, Path]:
-    """All of a peer's configs written into scratch_dir: {"train" | search: path}."""
-    paths = {"train": write_train_config(peer, data_dir, scratch_dir, steps=steps, warmup=warmup)}
-    for search in SEARCHES:
-        paths[search] = write_decode_config(
-            peer,
-            data_dir,
-            scratch_dir,
-            search=search,
-            sentences=sentences,
-            onmt_length_ratio=onmt_length_ratio,
-        )
-    return paths
+def count_outputs(lines: list[str], cap: int) -> dict:
+    """Output token counts of translations, one per line (see module doc)."""
+    lengths = [len(line.split()) for line in lines]
+    capped = sum(n >= cap for n in lengths)
+    return {
+        "output_tokens": sum(lengths),
+        "capped_sentences": capped,
+        "mean_output_len": round(sum(lengths) / max(len(lengths), 1), 2),
+        "max_output_len": max(lengths, default=0),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,23 +227,18 @@ class TreeMemory:
         }
 
 
-def run_logged(
-    cmd: list[str], log_path: Path, env: dict[str, str], *, watch_memory: bool, poll_s: float
-) -> dict:
-    """Run cmd with stdout and stderr into log_path; {"wall_s", memory figures}. Raises on failure.
-
-    The memory watcher samples the peer process itself: the command is a venv console script or
-    `python -m`, so its pid is the peer's Python process.
-    """
+def run_logged(cmd: list[str], log_path: Path, env: dict[str, str], poll_s: float = 0.25) -> dict:
+    """Run cmd with stdout and stderr into log_path; {"wall_s", memory figures}. Raises on
+    failure. The command is a venv console script or `python -m`, so its pid is the peer's
+    Python process."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         start = time.perf_counter()
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-        watcher = TreeMemory(proc.pid, poll_s) if watch_memory else contextlib.nullcontext()
         try:
-            with watcher:
+            with TreeMemory(proc.pid, poll_s) as watcher:
                 rc = proc.wait()
         except BaseException:
             # Interrupted: end the peer and its data loaders (its own process group) too.
@@ -362,303 +250,355 @@ def run_logged(
     if rc != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
         raise RuntimeError(f"{' '.join(cmd)} exited {rc}; log {log_path}:\n{tail}")
-    figures = {"wall_s": round(wall, 3)}
-    if watch_memory:
-        figures.update(watcher.figures())
-    return figures
-
-
-# ---------------------------------------------------------------------------------------------
-# Log parsing
-
-_JOEY_STEP = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - joeynmt\.training - "
-    r"Epoch\s+\d+, Step:\s+(?P<step>\d+), .*Tokens per Sec:\s+(?P<rate>\d+)",
-    re.MULTILINE,
-)
-_ONMT_STEP = re.compile(
-    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO\] Step\s+(?P<step>\d+)/\s*\d+;"
-    r".*?sents:\s+(?P<sents>\d+); bsz:\s+\d+/\s*(?P<tgt_bsz>\d+)/\s*\d+;"
-    r"\s+\d+/\s*(?P<rate>\d+) tok/s;",
-    re.MULTILINE,
-)
+    return {"wall_s": round(wall, 3), **watcher.figures()}
 
 
 def _timestamp(text: str) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def parse_train_log(peer: str, log: str, warmup: int, steps: int) -> dict:
-    """Target tokens/s over steps warmup+1..steps from a peer's training log (see module doc)."""
-    pattern = _JOEY_STEP if peer == "joeynmt" else _ONMT_STEP
-    entries = {int(m["step"]): m for m in pattern.finditer(log)}
-    logged = sorted(entries)
-    if warmup not in entries or steps not in entries:
-        raise ValueError(f"{peer} log has steps {logged}, needs {warmup} and {steps}")
-    window = [s for s in logged if warmup < s <= steps]
-    tokens = peer_seconds = 0.0
-    previous = warmup
-    for step in window:
-        m = entries[step]
-        span = _timestamp(m["ts"]) - _timestamp(entries[previous]["ts"])
-        rate = float(m["rate"])
-        if peer == "joeynmt":
-            interval_tokens = rate * span
+# ---------------------------------------------------------------------------------------------
+# The peers
+
+
+class Peer:
+    """What running a peer toolkit takes: its configs, its commands, its logs. Subclasses say
+    how their toolkit spells each of these; training, decoding and the figures are shared."""
+
+    name: str
+    train_template: str  # the shared training config's file name
+    log_step: re.Pattern  # a training log line: ts, step, rate (and OpenNMT-py's tgt_bsz)
+
+    def __init__(
+        self,
+        configs: Path = DEFAULT_CONFIGS,
+        peers_dir: Path | None = None,
+        threads: int = 2,
+        poll_s: float = 0.25,
+    ):
+        self.configs = Path(configs)
+        self.bin = Path(peers_dir or default_peers_dir()) / self.name / "bin"
+        self.threads, self.poll_s = threads, poll_s
+        if not (self.bin / "python").exists():
+            raise FileNotFoundError(
+                f"{self.bin} has no python: run benchmarks/peers/setup_peers.sh"
+            )
+        if not self.configs.is_dir():
+            raise FileNotFoundError(f"peer configs folder {self.configs} does not exist")
+
+    # ----------------------------------------------------------- per toolkit
+    def edit_train(
+        self, cfg: dict, steps: int, log_every: int, save_every: int, resume: Path | None, timed
+    ) -> None:
+        raise NotImplementedError
+
+    def train_command(self, config: Path) -> list[str]:
+        raise NotImplementedError
+
+    def model_dir(self, scratch: Path) -> Path:
+        raise NotImplementedError
+
+    def checkpoint(self, model_dir: Path, steps: int) -> Path:
+        raise NotImplementedError
+
+    def interval_tokens(self, line: re.Match, rate: float, span: float, steps: int) -> float:
+        """The target tokens of one logging interval of `steps` steps and `span` seconds."""
+        raise NotImplementedError
+
+    def decode_template(self, search: str) -> str:
+        raise NotImplementedError
+
+    def edit_decode(self, cfg: dict, source_dir: Path, decoding: Decoding) -> None:
+        raise NotImplementedError
+
+    def decode_command(self, config: Path, checkpoint: Path, output: Path):
+        """(command, the file the translations end up in)."""
+        raise NotImplementedError
+
+    def generation_seconds(self, log: str, sentences: int) -> float:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- shared
+    def _config(self, template: str, data_dir: Path, scratch: Path) -> dict:
+        text = (self.configs / template).read_text()
+        text = text.replace("__DATA__", str(data_dir)).replace("__RUNS__", str(scratch))
+        return yaml.safe_load(text)
+
+    def write_train_config(
+        self, data_dir, scratch, *, steps=60, warmup=10, save_every=None, resume=None, timed=True
+    ) -> Path:
+        """The training config in `scratch`: `steps` in all, logged every gcd(warmup, steps)
+        steps (so steps `warmup` and `steps` are both logged), a checkpoint every `save_every`
+        steps (by default at `steps`), continuing from the checkpoint `resume`. `timed`: the
+        log must cover a timing window (untimed runs only train)."""
+        if timed and not 0 < warmup < steps:
+            raise ValueError(f"need 0 < warmup < steps, got warmup={warmup}, steps={steps}")
+        data_dir, scratch = Path(data_dir).resolve(), Path(scratch).resolve()
+        scratch.mkdir(parents=True, exist_ok=True)
+        cfg = self._config(self.train_template, data_dir, scratch)
+        log_every = math.gcd(warmup, steps) if timed else min(100, steps)
+        self.edit_train(cfg, steps, log_every, save_every or steps, resume, timed)
+        path = scratch / self.train_template
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    def write_decode_config(self, data_dir, scratch, decoding: Decoding) -> Path:
+        data_dir, scratch = Path(data_dir).resolve(), Path(scratch).resolve()
+        source_dir = split_subset(data_dir, scratch, decoding.split, decoding.sentences)
+        template = self.decode_template(decoding.search)
+        cfg = self._config(template, data_dir, scratch)
+        self.edit_decode(cfg, source_dir, decoding)
+        path = scratch / template
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    def parse_train_log(self, log: str, warmup: int, steps: int) -> dict:
+        """Target tokens/s over steps warmup+1..steps (see module doc)."""
+        entries = {int(m["step"]): m for m in self.log_step.finditer(log)}
+        if warmup not in entries or steps not in entries:
+            raise ValueError(
+                f"{self.name} log has steps {sorted(entries)}, needs {warmup}, {steps}"
+            )
+        tokens = peer_seconds = 0.0
+        previous = warmup
+        for step in [s for s in sorted(entries) if warmup < s <= steps]:
+            m = entries[step]
+            span = _timestamp(m["ts"]) - _timestamp(entries[previous]["ts"])
+            rate = float(m["rate"])
+            interval = self.interval_tokens(m, rate, span, step - previous)
+            tokens += interval
+            peer_seconds += interval / rate
+            previous = step
+        seconds = _timestamp(entries[steps]["ts"]) - _timestamp(entries[warmup]["ts"])
+        return {
+            "window": [warmup + 1, steps],
+            "target_tokens": round(tokens),
+            "seconds": round(seconds, 3),
+            "train_tok_per_s": round(tokens / seconds, 1),
+            "train_tok_per_s_peer": round(tokens / peer_seconds, 1),
+            "sentences_per_s": round(BATCH_SENTENCES * (steps - warmup) / seconds, 2),
+        }
+
+    def train(
+        self, data_dir, scratch, *, steps=60, warmup=10, save_every=None, resume=None, timed=True
+    ):
+        """Train for `steps` steps (in all, from the checkpoint `resume` if given, saving every
+        `save_every`). Figures: `timed`, those over steps warmup+1..steps; peak memory, wall
+        time, the log and the checkpoint (pass it to `decode`)."""
+        scratch = Path(scratch).resolve()
+        model_dir = self.model_dir(scratch)
+        if resume is not None:  # out of the model folder, which a new run may replace
+            resume = Path(shutil.copy(resume, scratch / f"{self.name}_resume.ckpt"))
         else:
-            interval_tokens = float(m["tgt_bsz"]) * (step - previous)
-        tokens += interval_tokens
-        peer_seconds += interval_tokens / rate
-        previous = step
-    seconds = _timestamp(entries[steps]["ts"]) - _timestamp(entries[warmup]["ts"])
-    window_steps = steps - warmup
-    return {
-        "window": [warmup + 1, steps],
-        "target_tokens": round(tokens),
-        "seconds": round(seconds, 3),
-        "train_tok_per_s": round(tokens / seconds, 1),
-        "train_tok_per_s_peer": round(tokens / peer_seconds, 1),
-        "sentences_per_s": round(BATCH_SENTENCES * window_steps / seconds, 2),
-        "s_per_step": round(seconds / window_steps, 4),
-    }
+            shutil.rmtree(model_dir, ignore_errors=True)
+        config = self.write_train_config(
+            data_dir,
+            scratch,
+            steps=steps,
+            warmup=warmup,
+            save_every=save_every,
+            resume=resume,
+            timed=timed,
+        )
+        log_path = scratch / f"{self.name}_train.log"
+        run = run_logged(self.train_command(config), log_path, peer_env(self.threads), self.poll_s)
+        figures = {"system": self.name, "phase": "train", "steps": steps, "threads": self.threads}
+        if timed:
+            figures.update(self.parse_train_log(log_path.read_text(), warmup, steps))
+        figures.update(run)
+        checkpoint = self.checkpoint(model_dir, steps)
+        if not checkpoint.exists():
+            raise FileNotFoundError(f"{self.name} wrote no checkpoint {checkpoint}")
+        figures.update(log=str(log_path), checkpoint=str(checkpoint))
+        return figures
+
+    def decode(self, data_dir, scratch, checkpoint: Path, decoding: Decoding) -> dict:
+        """Decode with `checkpoint` as `decoding` asks: the output counts, out_tok_per_s and
+        sent_per_s on the peer's own generation time, wall and start-up time, peak memory,
+        and the paths of the log and the translations."""
+        scratch = Path(scratch).resolve()
+        config = self.write_decode_config(data_dir, scratch, decoding)
+        tag = f"{self.name}_{decoding.split}_{decoding.search}_b{decoding.batch_size}"
+        cmd, written = self.decode_command(config, Path(checkpoint), scratch / f"{tag}.out")
+        written.unlink(missing_ok=True)
+        log_path = scratch / f"{tag}.log"
+        run = run_logged(cmd, log_path, peer_env(self.threads), self.poll_s)
+        lines = written.read_text().splitlines()
+        source = split_subset(data_dir, scratch, decoding.split, decoding.sentences) / "test.src"
+        n = len(source.read_text().splitlines())
+        if len(lines) != n:
+            raise RuntimeError(f"{written} has {len(lines)} lines for {n} sentences")
+        decode_s = self.generation_seconds(log_path.read_text(), n)
+        counts = count_outputs(lines, decoding.max_length)
+        return {
+            "system": self.name,
+            "phase": "decode",
+            **decoding.__dict__,
+            **counts,
+            "decode_s": round(decode_s, 4),
+            "out_tok_per_s": round(counts["output_tokens"] / decode_s, 1),
+            "sent_per_s": round(n / decode_s, 2),
+            "wall_s": run["wall_s"],
+            "startup_s": round(run["wall_s"] - decode_s, 3),
+            "peak_rss_main_mib": run["peak_rss_main_mib"],
+            "log": str(log_path),
+            "output": str(written),
+        }
 
 
-def parse_decode_log(peer: str, log: str, sentences: int) -> float:
-    """The peer's own generation time in seconds (see module doc)."""
-    if peer == "joeynmt":
+class JoeyNMT(Peer):
+    name = "joeynmt"
+    train_template = "joey_train.yaml"
+    log_step = re.compile(
+        r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - joeynmt\.training - "
+        r"Epoch\s+\d+, Step:\s+(?P<step>\d+), .*Tokens per Sec:\s+(?P<rate>\d+)",
+        re.MULTILINE,
+    )
+
+    def edit_train(self, cfg, steps, log_every, save_every, resume, timed):
+        if timed and steps > 300:
+            # One epoch is 20,000 / 64 = 312 batches; Joey restarts its interval timer at an
+            # epoch boundary, so the interval rates would no longer cover the window.
+            raise ValueError("Joey's timed window must stay in its first epoch: steps <= 300")
+        training = cfg["training"]
+        # Its validation saves the checkpoint.
+        training.update(updates=steps, logging_freq=log_every, validation_freq=save_every)
+        if resume is not None:
+            training["load_model"] = str(resume)
+
+    def train_command(self, config):
+        return [str(self.bin / "python"), "-m", "joeynmt", "train", str(config), "--skip-test"]
+
+    def model_dir(self, scratch):
+        return scratch / "joey_train"
+
+    def checkpoint(self, model_dir, steps):
+        return model_dir / f"{steps}.ckpt"
+
+    def interval_tokens(self, line, rate, span, steps):
+        return rate * span
+
+    def decode_template(self, search):
+        return f"joey_decode_{search}.yaml"
+
+    def edit_decode(self, cfg, source_dir, decoding):
+        cfg["data"]["test"] = str(source_dir / "test")
+        cfg["testing"].update(
+            batch_size=decoding.batch_size,
+            beam_size=decoding.beam_size,
+            max_output_length=decoding.max_length,
+            min_output_length=decoding.min_length,
+        )
+
+    def decode_command(self, config, checkpoint, output):
+        (config.parent / "joey_decode").mkdir(parents=True, exist_ok=True)  # its model_dir
+        cmd = [str(self.bin / "python"), "-m", "joeynmt", "test", str(config)]
+        cmd += ["--ckpt", str(checkpoint), "--output-path", str(output)]
+        return cmd, Path(f"{output}.test")  # Joey appends the split's name
+
+    def generation_seconds(self, log, sentences):
         found = re.findall(r"generation: ([\d.]+)\[sec\]", log) or re.findall(
             r"Generation took ([\d.]+)\[sec\]", log
         )
         if not found:
             raise ValueError("no generation time in Joey's test log")
         return float(found[-1])
-    found = re.findall(r"Average translation time \(ms\): ([\d.]+)", log)
-    if not found:
-        raise ValueError("no 'Average translation time' in OpenNMT-py's log")
-    return float(found[-1]) * sentences / 1000
 
 
-# ---------------------------------------------------------------------------------------------
-# Train and decode
-
-
-def train(
-    peer: str,
-    data_dir: Path,
-    scratch_dir: Path,
-    *,
-    steps: int = 60,
-    warmup: int = 10,
-    peers_dir: Path | None = None,
-    threads: int = 2,
-    poll_s: float = 0.25,
-) -> dict:
-    """Train `peer` for `steps` steps; figures over steps warmup+1..steps and the checkpoint.
-
-    The returned dict holds train_tok_per_s (the headline), train_tok_per_s_peer,
-    sentences_per_s, target_tokens, seconds, peak_rss_*_mib, wall_s (whole command), log and
-    checkpoint (pass it to `decode`). The model is written under scratch_dir, replacing the
-    previous one.
-    """
-    scratch_dir = Path(scratch_dir).resolve()
-    bin_dir = peer_bin(peer, peers_dir)
-    config = write_train_config(peer, data_dir, scratch_dir, steps=steps, warmup=warmup)
-    if peer == "joeynmt":
-        model_dir = scratch_dir / "joey_train"
-        cmd = [str(bin_dir / "python"), "-m", "joeynmt", "train", str(config)]
-        cmd.append("--skip-test")
-    else:
-        model_dir = scratch_dir / "onmt_train"
-        shutil.rmtree(model_dir, ignore_errors=True)
-        cmd = [str(bin_dir / "onmt_train"), "-config", str(config)]
-    log_path = scratch_dir / f"{peer}_train.log"
-    run = run_logged(cmd, log_path, peer_env(threads), watch_memory=True, poll_s=poll_s)
-    figures = {"peer": peer, "phase": "train", "steps": steps, "threads": threads}
-    figures.update(parse_train_log(peer, log_path.read_text(), warmup, steps))
-    figures.update(run)
-    if peer == "joeynmt":
-        checkpoint = model_dir / f"{steps}.ckpt"
-    else:
-        checkpoint = model_dir / f"model_step_{steps}.pt"
-    if not checkpoint.exists():
-        raise FileNotFoundError(f"{peer} wrote no checkpoint {checkpoint}")
-    figures.update(log=str(log_path), checkpoint=str(checkpoint))
-    return figures
-
-
-def count_outputs(lines: list[str], cap: int = MAX_OUTPUT_LENGTH) -> dict:
-    """Output token counts of translations, one per line (see module doc)."""
-    lengths = [len(line.split()) for line in lines]
-    capped = sum(n >= cap for n in lengths)
-    return {
-        "output_tokens": sum(lengths),
-        "output_tokens_with_eos": sum(lengths) + len(lengths) - capped,
-        "capped_sentences": capped,
-        "mean_output_len": round(sum(lengths) / max(len(lengths), 1), 2),
-        "max_output_len": max(lengths, default=0),
-    }
-
-
-def decode(
-    peer: str,
-    data_dir: Path,
-    scratch_dir: Path,
-    checkpoint: Path,
-    *,
-    search: str = "greedy",
-    sentences: int | None = None,
-    onmt_length_ratio: float | None = 0.0,
-    peers_dir: Path | None = None,
-    threads: int = 2,
-    poll_s: float = 0.25,
-) -> dict:
-    """Decode the test set (or its first `sentences`) with `checkpoint`, greedy or beam5.
-
-    Batch 64 sentences, at most 100 output tokens (for OpenNMT-py with the default
-    onmt_length_ratio=0; see `write_decode_config`). The returned dict holds out_tok_per_s
-    and sent_per_s (on the peer's own generation time decode_s), wall_s, startup_s, the output
-    counts of `count_outputs`, peak_rss_main_mib and the paths of the log and the output.
-    """
-    if search not in SEARCHES:
-        raise ValueError(f"unknown search {search!r}; one of {SEARCHES}")
-    scratch_dir = Path(scratch_dir).resolve()
-    bin_dir = peer_bin(peer, peers_dir)
-    config = write_decode_config(
-        peer,
-        data_dir,
-        scratch_dir,
-        search=search,
-        sentences=sentences,
-        onmt_length_ratio=onmt_length_ratio,
+class OpenNMT(Peer):
+    name = "onmt"
+    train_template = "onmt_train.yaml"
+    log_step = re.compile(
+        r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO\] Step\s+(?P<step>\d+)/\s*\d+;"
+        r".*?sents:\s+(?P<sents>\d+); bsz:\s+\d+/\s*(?P<tgt_bsz>\d+)/\s*\d+;"
+        r"\s+\d+/\s*(?P<rate>\d+) tok/s;",
+        re.MULTILINE,
     )
-    test_src = test_subset(data_dir, scratch_dir, sentences) / "test.src"
-    n = len(test_src.read_text().splitlines())
-    output = scratch_dir / f"{peer}_{search}.out"
-    if peer == "joeynmt":
-        (scratch_dir / "joey_decode").mkdir(parents=True, exist_ok=True)  # its model_dir
-        cmd = [str(bin_dir / "python"), "-m", "joeynmt", "test", str(config)]
-        cmd += ["--ckpt", str(checkpoint), "--output-path", str(output)]
-        written = Path(f"{output}.test")  # Joey appends the split's name
-    else:
-        cmd = [str(bin_dir / "onmt_translate"), "-config", str(config)]
-        cmd += ["-model", str(checkpoint), "-output", str(output)]
-        written = output
-    written.unlink(missing_ok=True)
-    log_path = scratch_dir / f"{peer}_{search}.log"
-    run = run_logged(cmd, log_path, peer_env(threads), watch_memory=True, poll_s=poll_s)
-    lines = written.read_text().splitlines()
-    if len(lines) != n:
-        raise RuntimeError(f"{written} has {len(lines)} lines for {n} sentences")
-    decode_s = parse_decode_log(peer, log_path.read_text(), n)
-    counts = count_outputs(lines)
-    figures = {"peer": peer, "phase": "decode", "search": search, "sentences": n}
-    figures["max_output_length"] = MAX_OUTPUT_LENGTH
-    if peer == "onmt":
-        figures["onmt_length_ratio"] = onmt_length_ratio
-    figures.update(counts)
-    figures.update(
-        decode_s=round(decode_s, 4),
-        out_tok_per_s=round(counts["output_tokens"] / decode_s, 1),
-        out_tok_with_eos_per_s=round(counts["output_tokens_with_eos"] / decode_s, 1),
-        sent_per_s=round(n / decode_s, 2),
-        wall_s=run["wall_s"],
-        startup_s=round(run["wall_s"] - decode_s, 3),
-        peak_rss_main_mib=run["peak_rss_main_mib"],
-        log=str(log_path),
-        output=str(written),
-    )
-    return figures
+
+    def edit_train(self, cfg, steps, log_every, save_every, resume, timed):
+        cfg.update(train_steps=steps, report_every=log_every, save_checkpoint_steps=save_every)
+        if resume is not None:
+            cfg.update(train_from=str(resume), reset_optim="none")
+
+    def train_command(self, config):
+        return [str(self.bin / "onmt_train"), "-config", str(config)]
+
+    def model_dir(self, scratch):
+        return scratch / "onmt_train"
+
+    def checkpoint(self, model_dir, steps):
+        return model_dir / f"model_step_{steps}.pt"
+
+    def interval_tokens(self, line, rate, span, steps):
+        return float(line["tgt_bsz"]) * steps
+
+    def decode_template(self, search):
+        return f"onmt_decode_{search}.yaml"
+
+    def edit_decode(self, cfg, source_dir, decoding):
+        cfg.update(
+            src=str(source_dir / "test.src"),
+            batch_size=decoding.batch_size,
+            beam_size=decoding.beam_size,
+            max_length=decoding.max_length,
+            min_length=decoding.min_length,
+            max_length_ratio=0,  # the cap is max_length, as Joey's (see module doc)
+        )
+
+    def decode_command(self, config, checkpoint, output):
+        cmd = [str(self.bin / "onmt_translate"), "-config", str(config)]
+        return [*cmd, "-model", str(checkpoint), "-output", str(output)], output
+
+    def generation_seconds(self, log, sentences):
+        found = re.findall(r"Average translation time \(ms\): ([\d.]+)", log)
+        if not found:
+            raise ValueError("no 'Average translation time' in OpenNMT-py's log")
+        return float(found[-1]) * sentences / 1000
 
 
-def run_peer(
-    peer: str,
-    data_dir: Path,
-    scratch_dir: Path,
-    *,
-    steps: int = 60,
-    warmup: int = 10,
-    sentences: int | None = None,
-    searches: tuple[str, ...] = SEARCHES,
-    onmt_length_ratio: float | None = 0.0,
-    peers_dir: Path | None = None,
-    threads: int = 2,
-) -> dict:
-    """Train once, then decode with each search: {"train": {...}, search: {...}}."""
-    result = {
-        "train": train(
-            peer,
-            data_dir,
-            scratch_dir,
-            steps=steps,
-            warmup=warmup,
-            peers_dir=peers_dir,
-            threads=threads,
-        )
-    }
-    for search in searches:
-        result[search] = decode(
-            peer,
-            data_dir,
-            scratch_dir,
-            result["train"]["checkpoint"],
-            search=search,
-            sentences=sentences,
-            onmt_length_ratio=onmt_length_ratio,
-            peers_dir=peers_dir,
-            threads=threads,
-        )
-    return result
+PEERS = {peer.name: peer for peer in (JoeyNMT, OpenNMT)}
+
+
+def make_peer(name: str, **options) -> Peer:
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; one of {sorted(PEERS)}")
+    return PEERS[name](**options)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("peer", choices=PEERS)
+    parser.add_argument("peer", choices=sorted(PEERS))
     parser.add_argument("data_dir", type=Path, help="the folder make_workload.py wrote")
     parser.add_argument("scratch_dir", type=Path, help="configs, models, outputs, logs")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--sentences", type=int, default=None, help="first N test sentences")
     parser.add_argument("--searches", nargs="*", choices=SEARCHES, default=list(SEARCHES))
-    parser.add_argument(
-        "--checkpoint", type=Path, default=None, help="skip training, decode with this"
-    )
-    parser.add_argument(
-        "--onmt-length-ratio",
-        default="0",
-        help="OpenNMT-py's max_length_ratio: 0 caps outputs at 100 tokens like Joey; "
-        "'default' keeps the toolkit's 1.25 x longest source in the batch + 5",
-    )
+    parser.add_argument("--batch-size", type=int, default=BATCH_SENTENCES)
+    parser.add_argument("--min-length", type=int, default=0, help="= max: matched lengths")
+    parser.add_argument("--max-length", type=int, default=100)
+    parser.add_argument("--checkpoint", type=Path, help="skip training, decode with this")
+    parser.add_argument("--peer-configs", type=Path, default=DEFAULT_CONFIGS)
     parser.add_argument("--peers-dir", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    ratio = None if args.onmt_length_ratio == "default" else float(args.onmt_length_ratio)
-    if args.checkpoint is None:
-        result = run_peer(
-            args.peer,
-            args.data_dir,
-            args.scratch_dir,
-            steps=args.steps,
-            warmup=args.warmup,
-            sentences=args.sentences,
-            searches=tuple(args.searches),
-            onmt_length_ratio=ratio,
-            peers_dir=args.peers_dir,
-            threads=args.threads,
+    peer = make_peer(
+        args.peer, configs=args.peer_configs, peers_dir=args.peers_dir, threads=args.threads
+    )
+    result = {}
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        result["train"] = peer.train(
+            args.data_dir, args.scratch_dir, steps=args.steps, warmup=args.warmup
         )
-    else:
-        result = {
-            search: decode(
-                args.peer,
-                args.data_dir,
-                args.scratch_dir,
-                args.checkpoint.resolve(),
-                search=search,
-                sentences=args.sentences,
-                onmt_length_ratio=ratio,
-                peers_dir=args.peers_dir,
-                threads=args.threads,
-            )
-            for search in args.searches
-        }
+        checkpoint = Path(result["train"]["checkpoint"])
+    for search in args.searches:
+        decoding = Decoding(
+            search, args.batch_size, args.min_length, args.max_length, "test", args.sentences
+        )
+        result[search] = peer.decode(
+            args.data_dir, args.scratch_dir, checkpoint.resolve(), decoding
+        )
     print(json.dumps(result, indent=2))
 
 

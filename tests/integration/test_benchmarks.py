@@ -1,11 +1,14 @@
 """The benchmark scripts run end to end on tiny settings and print their figures.
 
 They are the only way speed is reported, so a broken script would go unnoticed until the day a
-GPU (or a quiet machine) is available. No figure is asserted beyond being a positive number.
+GPU (or a quiet machine) is available. No speed is asserted beyond being a positive number;
+what the comparison decodes is (matched lengths are exactly the length asked for).
 """
 
 from __future__ import annotations
 
+import json
+import random
 import re
 import subprocess
 import sys
@@ -16,12 +19,12 @@ from tests.conftest import TINY_DATA, TINY_MODEL
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def run_script(name: str, *args: str) -> str:
+def run_script(name: str, *args: str, timeout: int = 300) -> str:
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -30,7 +33,7 @@ def run_script(name: str, *args: str) -> str:
 def figure(pattern: str, text: str) -> float:
     match = re.search(pattern, text)
     assert match, f"{pattern!r} not in output:\n{text}"
-    return float(match.group(1))
+    return float(match.group(1).replace(",", ""))
 
 
 def test_gpu_smoke_runs_the_paper_size_model_on_any_device():
@@ -77,3 +80,53 @@ def test_decoding_benchmark_reads_a_trained_checkpoint(trained_run):
     for search in ("greedy", "beam 2"):
         for batch_size in (1, 4):
             assert figure(rf"(?m)^{search}\s+{batch_size}\s+([\d.]+)", out) > 0
+
+
+def tiny_workload(folder: Path) -> Path:
+    """The shared workload's layout and kind (a lexicon and adjacent swaps), a few pairs."""
+    rng = random.Random(0)
+    folder.mkdir(parents=True)
+    for split, n in (("train", 120), ("dev", 6), ("test", 8)):
+        sources, targets = [], []
+        for _ in range(n):
+            words = [rng.randrange(30) for _ in range(rng.randint(3, 6))]
+            target = [f"t{(7 * w) % 30}" for w in words]
+            for i in range(0, len(target) - 1, 2):
+                target[i], target[i + 1] = target[i + 1], target[i]
+            sources.append(" ".join(f"s{w}" for w in words))
+            targets.append(" ".join(target))
+        (folder / f"{split}.src").write_text("\n".join(sources) + "\n")
+        (folder / f"{split}.trg").write_text("\n".join(targets) + "\n")
+    return folder
+
+
+def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
+    workload, scratch = tiny_workload(tmp_path / "workload"), tmp_path / "scratch"
+    tiny = ["data.batch_size=4", "model.embedding_dim=8", "luong:model.hidden_size=12"]
+    tiny += [f"rnnsearch:model.{k}_size=6" for k in ("encoder_hidden", "maxout")]
+    tiny += ["rnnsearch:model.decoder_hidden_size=12"]
+    options = ["--no-peers", "--repeats", "1", "--steps", "3", "--warmup", "1", "--threads", "1"]
+    options += ["--length", "5", "--batch-sizes", "4", "--round-steps", "2", "--max-rounds", "1"]
+    options += ["--bleu-target", "0", "--extensions", "rnnsearch + neural coverage"]
+    out = run_script("compare.py", str(workload), str(scratch), *options,
+                     *(f"--override={o}" for o in tiny), timeout=600)  # fmt: skip
+    summary = (scratch / "summary.md").read_text()
+    assert summary in out
+    for section in ("**Training**", "**Decoding at matched length**", "training extensions"):
+        assert section in summary
+    assert "**Trained models**" in summary
+    assert figure(r"\| target tokens/s \| ([\d.,]+) \| [\d.,]+ \|", summary) > 0
+    assert figure(r"\| rnnsearch \| [\d,]+ \| ([\d.]+) \|", summary) == 1.0  # plain / plain
+    runs = [json.loads(line) for line in (scratch / "runs.jsonl").read_text().splitlines()]
+    matched = [r for r in runs if r["section"] == "speed" and r["key"] != "train"]
+    assert {(r["system"], r["key"]) for r in matched} == {
+        (system + precision, f"{search} batch 4")
+        for system in ("alignmt-luong", "alignmt-rnnsearch")
+        for precision in ("", " bf16")
+        for search in ("greedy", "beam5")
+    }
+    for r in matched:  # min = max length: every output has exactly that many words
+        lines = Path(r["output"]).read_text().splitlines()
+        assert len(lines) == 8 and {len(line.split()) for line in lines} == {5}
+    trained = [r for r in runs if r["section"] == "trained" and r["key"] != "model"]
+    assert all(0 <= r["test_bleu"] <= 100 and r["max_length"] == 5 for r in trained)

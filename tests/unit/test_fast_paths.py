@@ -14,7 +14,7 @@ from alignmt.models.attention import (
     GeneralAttention,
     LocalMonotonicAttention,
 )
-from alignmt.models.coverage import LinguisticCoverage, coverage_loss
+from alignmt.models.coverage import LinguisticCoverage, NeuralCoverage, coverage_loss
 from alignmt.special_tokens import PAD_ID
 
 SIZES = dict(embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14, maxout_size=8)
@@ -38,10 +38,33 @@ FAST = {
     "luong without attention, one call": lambda: Luong(
         30, 25, 12, 14, 1, attention=None, input_feeding=False
     ),
+    "luong input feeding gru additive (fused recurrence)": lambda: Luong(
+        30, 25, 12, 14, 1, rnn_type="gru", bidirectional_encoder=True,
+        attention=partial(AdditiveAttention, attention_size=9),
+    ),
+    "luong input feeding, neural coverage (fused recurrence)": lambda: Luong(
+        30, 25, 12, 14, 1, rnn_type="gru", attention=partial(AdditiveAttention, attention_size=9),
+        coverage=partial(NeuralCoverage, size=3),
+    ),
+    "rnnsearch linguistic coverage with fertility (fused recurrence)": lambda: RNNSearch(
+        30, 25, **SIZES, coverage=LinguisticCoverage
+    ),
+    "rnnsearch linguistic coverage, no fertility (fused recurrence)": lambda: RNNSearch(
+        30, 25, **SIZES, coverage=partial(LinguisticCoverage, fertility=False)
+    ),
+    "rnnsearch neural coverage (fused recurrence)": lambda: RNNSearch(
+        30, 25, **SIZES, attention=partial(AdditiveAttention, attention_size=9),
+        coverage=partial(NeuralCoverage, size=4),
+    ),
 }  # fmt: skip
 STEP_ONLY = {
-    "rnnsearch coverage": lambda: RNNSearch(30, 25, **SIZES, coverage=LinguisticCoverage),
+    "rnnsearch general attention, coverage": lambda: RNNSearch(
+        30, 25, **SIZES, attention=GeneralAttention, coverage=LinguisticCoverage
+    ),
     "luong input feeding": lambda: Luong(30, 25, 12, 14, 1, attention=GeneralAttention),
+    "luong input feeding, two gru layers": lambda: Luong(
+        30, 25, 12, 14, 2, rnn_type="gru", attention=AdditiveAttention
+    ),
     "rnnencdec": lambda: RNNEncDec(30, 25, **SIZES),
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -13,7 +14,8 @@ from alignmt.decoding.hypothesis import (
     constrain,
     max_output_lengths,
 )
-from alignmt.models.seq2seq import Seq2Seq, reorder_state
+from alignmt.decoding.precision import check_precision, model_precision
+from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID
 
 # GNMT's log(min(coverage, 1)) is -inf for a source word no attention weight reaches (outside
@@ -58,7 +60,8 @@ class BeamSearch:
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
-    "No UNK" evaluation), which a call can also ask for alone.
+    "No UNK" evaluation), which a call can also ask for alone. `precision="bfloat16"` runs the
+    model's steps in bfloat16 (decoding/precision.py).
     """
 
     # Forbidding [UNK] can change outputs that hold none (other beams survive).
@@ -76,6 +79,7 @@ class BeamSearch:
         min_length: int = 0,
         forbid_unk: bool = False,
         stopping: str = "exact",
+        precision: str = "float32",
     ):
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -89,6 +93,8 @@ class BeamSearch:
         if stopping not in ("exact", "early"):
             raise ValueError(f"stopping must be 'exact' or 'early', got {stopping!r}")
         check_lengths(min_length, max_length)
+        check_precision(precision)
+        self.precision = precision
         self.beam_size = beam_size
         self.nbest = nbest
         self.length_penalty = length_penalty
@@ -129,117 +135,169 @@ class BeamSearch:
         *,
         forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
-        (B, S), K, N, device = src.shape, self.beam_size, self.nbest, src.device
         if self.coverage_penalty and not model.has_attention:
             raise ValueError("coverage_penalty needs a model with attention")
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
-        memory, state = model.start(src, src_lengths)
-        rows = torch.arange(B, device=device).repeat_interleave(K)
-        memory, state = memory.index_select(rows), reorder_state(state, rows)
-        limits = max_output_lengths(
-            src_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
-        ).to(device)
-        src_lengths = src_lengths.to(device)
-        longest_lp = self.lp(limits + 1)  # lp of the longest output each sentence allows
+        with model_precision(self.precision, src.device):
+            return self._search(model, src, src_lengths, banned)
 
-        sentences = torch.arange(B, device=device)  # the active sentences
-        # Cumulative log P of each live prefix; all beams start equal, so only the first one
-        # is live at the first step.
-        scores = torch.full((B, K), -math.inf, device=device)
-        scores[:, 0] = 0.0
-        coverage = torch.zeros(B * K, S, device=device) if model.has_attention else None
-        prev = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
-        # History, written once per step and never copied: every row's attention, and for each
-        # row of the next step the word it adds and the row it extends. Hypotheses are read
-        # back from it at the end, following those links.
-        alphas, words_at, parents_at = [], [], []
-        # Each sentence's `nbest` best finished hypotheses: s (best first), and the step and
-        # row of the prefix whose [EOS] extension each one is.
-        kept = torch.full((B, N), -math.inf, dtype=torch.float64, device=device)
-        kept_step = torch.zeros(B, N, dtype=torch.long, device=device)
-        kept_row = torch.zeros(B, N, dtype=torch.long, device=device)
-        n_finished = torch.zeros(B, dtype=torch.long, device=device)
-
-        for t in range(int(limits.max()) + 1):
-            logits, state, alpha = model.step(prev, memory, state)
-            caps = limits[sentences].repeat_interleave(K)
+    def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
+        beams = _Beams.start(self, model, src, src_lengths)
+        for t in range(int(beams.limits.max()) + 1):
+            logits, beams.state, alpha = model.step(beams.prev, beams.memory, beams.state)
+            caps = beams.limits[beams.sentences].repeat_interleave(self.beam_size)
             log_probs = torch.log_softmax(logits.float(), dim=-1)
             log_probs = constrain(log_probs, t, caps, self.min_length, banned)
-            if coverage is not None:
-                alpha = alpha.float()
-                alphas.append(alpha)
-                coverage = coverage + alpha
-
-            n, V = sentences.numel(), log_probs.size(1)
-            extended = scores.view(-1, 1) + log_probs  # [n * K, V]
-            ends = extended[:, EOS_ID].clone()  # every live prefix's [EOS] extension
-            extended[:, EOS_ID] = -math.inf
-            top, top_ids = extended.view(n, K * V).topk(K, dim=1)  # next step's live prefixes
-            origins = (torch.arange(n, device=device) * K).unsqueeze(1) + top_ids // V
-            words = top_ids % V
-
-            ends = ends.view(n, K)
-            admit = ends.isfinite()
-            if self.stopping == "early":  # only among the K most probable extensions
-                admit &= ends >= torch.cat([top, ends], dim=1).topk(K, dim=1).values[:, -1:]
-            n_finished[sentences] += admit.sum(dim=1)
-            if bool(admit.any()):
-                score = self.ranking_score(
-                    ends.view(-1),
-                    torch.full_like(caps, t + 1),
-                    coverage,
-                    src_lengths[sentences].repeat_interleave(K),
-                ).view(n, K)
-                # Stable, so that on ties the hypothesis kept before stays ahead.
-                merged, order = torch.cat(
-                    [kept[sentences], score.where(admit, -math.inf)], dim=1
-                ).sort(dim=1, descending=True, stable=True)
-                order = order[:, :N]
-                new, before = order >= N, order.clamp(max=N - 1)  # new: finished at this step
-                rows_now = torch.arange(n, device=device).unsqueeze(1) * K + order - N
-                kept[sentences] = merged[:, :N]
-                kept_step[sentences] = kept_step[sentences].gather(1, before).masked_fill(new, t)
-                kept_row[sentences] = kept_row[sentences].gather(1, before).where(~new, rows_now)
-
-            if self.stopping == "exact":  # no live prefix can still beat the worst kept
-                running = top[:, 0].double() / longest_lp[sentences] > kept[sentences, -1]
-            else:
-                running = (n_finished[sentences] < K) & top[:, 0].isfinite()
+            beams.attend(alpha)
+            top, origins, words, ends = beams.extend(log_probs)
+            self._finish(beams, t, ends, top)
+            running = self._running(beams, top)
             if not bool(running.any()):
                 break
-            # A stopped sentence's prefixes die, so it finishes nothing more; its rows leave
-            # the batch once stopped sentences are a quarter of it, since copying the memory
-            # costs about as much as a step.
-            scores = top.where(running.unsqueeze(1), -math.inf)
-            if 4 * int((~running).sum()) >= n:
-                keep = running.nonzero().squeeze(1)
-                sentences, scores, words, origins = (
-                    sentences[keep],
-                    scores[keep],
-                    words[keep],
-                    origins[keep],
-                )
-                keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
-                memory = memory.index_select(keep_rows)
-            index = origins.view(-1)
-            state = reorder_state(state, index)
-            prev = words.view(-1)
-            words_at.append(prev)
-            parents_at.append(index)
-            if coverage is not None:
-                coverage = coverage[index]
-        return self._nbest_lists(
-            kept, kept_step, kept_row, alphas, words_at, parents_at, src_lengths
+            beams.advance(running, top, words, origins)
+        return beams.nbest_lists()
+
+    def _finish(self, beams: _Beams, t: int, ends: torch.Tensor, top: torch.Tensor) -> None:
+        """Keeps the [EOS] extensions `ends` [n, K] of step `t` that rank among each sentence's
+        `nbest` best finished hypotheses (with early stopping, only those among the K most
+        probable extensions, `top` [n, K] being the others' best)."""
+        K, N, sentences = self.beam_size, self.nbest, beams.sentences
+        admit = ends.isfinite()
+        if self.stopping == "early":  # only among the K most probable extensions
+            admit &= ends >= torch.cat([top, ends], dim=1).topk(K, dim=1).values[:, -1:]
+        beams.n_finished[sentences] += admit.sum(dim=1)
+        if not bool(admit.any()):
+            return
+        n = sentences.numel()
+        score = self.ranking_score(
+            ends.view(-1),
+            torch.full((n * K,), t + 1, dtype=torch.long, device=ends.device),
+            beams.coverage,
+            beams.src_lengths[sentences].repeat_interleave(K),
+        ).view(n, K)
+        # Stable, so that on ties the hypothesis kept before stays ahead.
+        merged, order = torch.cat(
+            [beams.kept[sentences], score.where(admit, -math.inf)], dim=1
+        ).sort(dim=1, descending=True, stable=True)
+        order = order[:, :N]
+        new, before = order >= N, order.clamp(max=N - 1)  # new: finished at this step
+        rows_now = torch.arange(n, device=ends.device).unsqueeze(1) * K + order - N
+        beams.kept[sentences] = merged[:, :N]
+        kept_step, kept_row = beams.kept_step[sentences], beams.kept_row[sentences]
+        beams.kept_step[sentences] = kept_step.gather(1, before).masked_fill(new, t)
+        beams.kept_row[sentences] = kept_row.gather(1, before).where(~new, rows_now)
+
+    def _running(self, beams: _Beams, top: torch.Tensor) -> torch.Tensor:
+        """Which active sentences go on, given their live prefixes' log P `top` [n, K]."""
+        sentences = beams.sentences
+        if self.stopping == "exact":  # no live prefix can still beat the worst kept
+            return top[:, 0].double() / beams.longest_lp[sentences] > beams.kept[sentences, -1]
+        return (beams.n_finished[sentences] < self.beam_size) & top[:, 0].isfinite()
+
+
+@dataclass
+class _Beams:
+    """One call's search state. The beams of all sentences share one batch dimension
+    (sentence-major, K rows each) of memory, decoder state, `prev` and `coverage`; `scores`
+    [n, K] holds each live prefix's cumulative log P (-inf: dead), `sentences` the active
+    sentences. History, written once per step and never copied: every row's attention, and
+    for each row of the next step the word it adds and the row it extends; hypotheses are read
+    back from it at the end, following those links. `kept` holds each sentence's `nbest` best
+    finished hypotheses' s (best first), `kept_step` and `kept_row` the step and row of the
+    prefix whose [EOS] extension each one is."""
+
+    K: int
+    memory: Memory
+    state: DecoderState
+    limits: torch.Tensor  # [B] output caps
+    src_lengths: torch.Tensor  # [B]
+    longest_lp: torch.Tensor  # [B] lp of the longest output each sentence allows
+    sentences: torch.Tensor
+    scores: torch.Tensor
+    coverage: torch.Tensor | None  # [n * K, S] sum of attention, with attention
+    prev: torch.Tensor
+    kept: torch.Tensor
+    kept_step: torch.Tensor
+    kept_row: torch.Tensor
+    n_finished: torch.Tensor
+    alphas: list[torch.Tensor] = field(default_factory=list)
+    words_at: list[torch.Tensor] = field(default_factory=list)
+    parents_at: list[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, search: BeamSearch, model: Seq2Seq, src, src_lengths) -> _Beams:
+        (B, S), K, N, device = src.shape, search.beam_size, search.nbest, src.device
+        memory, state = model.start(src, src_lengths)
+        rows = torch.arange(B, device=device).repeat_interleave(K)
+        limits = max_output_lengths(
+            src_lengths, search.max_length_ratio, search.max_length_offset, search.max_length
+        ).to(device)
+        # All beams start equal, so only the first one is live at the first step.
+        scores = torch.full((B, K), -math.inf, device=device)
+        scores[:, 0] = 0.0
+        return cls(
+            K=K,
+            memory=memory.index_select(rows),
+            state=reorder_state(state, rows),
+            limits=limits,
+            src_lengths=src_lengths.to(device),
+            longest_lp=search.lp(limits + 1),
+            sentences=torch.arange(B, device=device),
+            scores=scores,
+            coverage=torch.zeros(B * K, S, device=device) if model.has_attention else None,
+            prev=torch.full((B * K,), BOS_ID, dtype=torch.long, device=device),
+            kept=torch.full((B, N), -math.inf, dtype=torch.float64, device=device),
+            kept_step=torch.zeros(B, N, dtype=torch.long, device=device),
+            kept_row=torch.zeros(B, N, dtype=torch.long, device=device),
+            n_finished=torch.zeros(B, dtype=torch.long, device=device),
         )
 
-    @staticmethod
-    def _nbest_lists(
-        kept, kept_step, kept_row, alphas, words_at, parents_at, src_lengths
-    ) -> list[list[Hypothesis]]:
+    def attend(self, alpha: torch.Tensor | None) -> None:
+        """Records this step's attention [n * K, S] (models with attention)."""
+        if self.coverage is not None:
+            alpha = alpha.float()
+            self.alphas.append(alpha)
+            self.coverage = self.coverage + alpha
+
+    def extend(self, log_probs: torch.Tensor):
+        """Every live prefix extended by every word: the K most probable extensions other than
+        [EOS] of each sentence (log P [n, K], the rows they extend and their words, [n, K]),
+        and every live prefix's [EOS] extension [n, K]."""
+        n, K, V = self.sentences.numel(), self.K, log_probs.size(1)
+        extended = log_probs.add_(self.scores.view(-1, 1))  # [n * K, V], in place
+        ends = extended[:, EOS_ID].clone()
+        extended[:, EOS_ID] = -math.inf
+        top, top_ids = extended.view(n, K * V).topk(K, dim=1)
+        origins = (torch.arange(n, device=log_probs.device) * K).unsqueeze(1) + top_ids // V
+        return top, origins, top_ids % V, ends.view(n, K)
+
+    def advance(self, running, top, words, origins) -> None:
+        """The next step's live prefixes: those of the running sentences. A stopped
+        sentence's prefixes die, so it finishes nothing more; its rows leave the batch once
+        stopped sentences are a quarter of it, since copying the memory costs about as much
+        as a step."""
+        n, K = self.sentences.numel(), self.K
+        self.scores = top.where(running.unsqueeze(1), -math.inf)
+        if 4 * int((~running).sum()) >= n:
+            keep = running.nonzero().squeeze(1)
+            self.sentences, self.scores = self.sentences[keep], self.scores[keep]
+            words, origins = words[keep], origins[keep]
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)
+            self.memory = self.memory.index_select(keep_rows)
+        index = origins.view(-1)
+        self.state = reorder_state(self.state, index)
+        self.prev = words.view(-1)
+        self.words_at.append(self.prev)
+        self.parents_at.append(index)
+        if self.coverage is not None:
+            self.coverage = self.coverage[index]
+
+    def nbest_lists(self) -> list[list[Hypothesis]]:
         """The kept hypotheses, read back from the history: from the row whose [EOS] extension
         each one is, back one step at a time to the first word."""
+        kept, alphas, words_at, parents_at = self.kept, self.alphas, self.words_at, self.parents_at
         sentence, rank = kept.isfinite().nonzero(as_tuple=True)
-        steps, cursor = kept_step[sentence, rank], kept_row[sentence, rank].clone()
+        steps, cursor = self.kept_step[sentence, rank], self.kept_row[sentence, rank].clone()
         T = int(steps.max()) + 1 if len(steps) else 0
         tokens = torch.zeros(len(steps), T, dtype=torch.long, device=kept.device)
         attention = None
@@ -254,7 +312,7 @@ class BeamSearch:
                 cursor[at] = parents_at[t - 1][cursor[at]]
         out: list[list[Hypothesis]] = [[] for _ in range(len(kept))]
         tokens, attention = tokens.cpu(), None if attention is None else attention.cpu()
-        lengths, scores = src_lengths.tolist(), kept[sentence, rank].tolist()
+        lengths, scores = self.src_lengths.tolist(), kept[sentence, rank].tolist()
         for h, (b, t) in enumerate(zip(sentence.tolist(), steps.tolist(), strict=True)):
             alpha = None if attention is None else attention[h, : t + 1, : lengths[b]]
             out[b].append(Hypothesis(tokens[h, :t].tolist(), scores[h], alpha))

@@ -11,6 +11,7 @@ from alignmt.decoding.hypothesis import (
     constrain,
     max_output_lengths,
 )
+from alignmt.decoding.precision import check_precision, model_precision
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -21,7 +22,8 @@ class GreedySearch:
     [EOS] is not chosen before `min_length` words (unless the cap comes first); min_length =
     max_length fixes every output's length. Finished sentences leave the active batch so the
     remaining steps run on fewer rows. [PAD] and [BOS] are never generated, nor [UNK] with
-    `forbid_unk` (the paper's "No UNK" evaluation), which a call can also ask for alone."""
+    `forbid_unk` (the paper's "No UNK" evaluation), which a call can also ask for alone.
+    `precision="bfloat16"` runs the model's steps in bfloat16 (decoding/precision.py)."""
 
     # An output without [UNK] is also what the search gives with [UNK] forbidden.
     unk_free_outputs_are_final = True
@@ -33,8 +35,11 @@ class GreedySearch:
         max_length: int | None = None,
         min_length: int = 0,
         forbid_unk: bool = False,
+        precision: str = "float32",
     ):
         check_lengths(min_length, max_length)
+        check_precision(precision)
+        self.precision = precision
         self.max_length_ratio = max_length_ratio
         self.max_length_offset = max_length_offset
         self.max_length = max_length
@@ -50,9 +55,13 @@ class GreedySearch:
         *,
         forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
+        banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
+        with model_precision(self.precision, src.device):
+            return self._search(model, src, src_lengths, banned)
+
+    def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         B, S = src.shape
         device = src.device
-        banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
         memory, state = model.start(src, src_lengths)
         limits = max_output_lengths(
             src_lengths, self.max_length_ratio, self.max_length_offset, self.max_length

@@ -15,6 +15,7 @@ from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
 from alignmt.models.functional import gru_update
+from alignmt.models.fused_recurrence import LinguisticCell, NeuralCell
 
 
 class Coverage(nn.Module):
@@ -30,6 +31,11 @@ class Coverage(nn.Module):
     ) -> AttentionState:
         """weights [B, S] of this step, query [B, Q] -> the state with C_i."""
         raise NotImplementedError
+
+    def fused_cell(self, state: AttentionState) -> tuple[type, tuple] | None:
+        """The cell type and tensors (fused_recurrence.py) that compute `update` inside the
+        fused CPU recurrences, from the initial state; None where there is none (the default)."""
+        return None
 
 
 class LinguisticCoverage(Coverage):
@@ -58,6 +64,9 @@ class LinguisticCoverage(Coverage):
             increment = increment / state["fertility"]
         return {**state, "coverage": state["coverage"] + increment}
 
+    def fused_cell(self, state):
+        return LinguisticCell, (state["fertility"],) if "fertility" in state else ()
+
 
 class NeuralCoverage(Coverage):
     """C_{i,j} = GRU(C_{i-1,j}, [alpha_ij; h_j; s]) with a coverage vector of `size` units per
@@ -85,6 +94,10 @@ class NeuralCoverage(Coverage):
         )
         coverage = gru_update(state["coverage"], gates_x, self.recurrent(state["coverage"]))
         return {**state, "coverage": coverage}
+
+    def fused_cell(self, state):
+        weights = self.from_weight.weight, self.from_query.weight, self.recurrent.weight
+        return NeuralCell, (state["annotation_gates"], *weights, self.recurrent.bias)
 
 
 def with_coverage(attention: Attention, coverage: Callable[..., Coverage] | None) -> Attention:

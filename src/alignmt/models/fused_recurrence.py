@@ -1,12 +1,13 @@
-"""The RNNsearch decoder recurrence (additive attention + GRU) as one autograd function.
+"""Decoder recurrences (additive attention + GRU) as hand-written autograd functions: RNNsearch's
+and Luong's input-feeding decoder.
 
-Under teacher forcing the recurrence is the only sequential part of RNNsearch, and with small
+Under teacher forcing the recurrence is the only sequential part of these models, and with small
 batches its cost is dominated by per-step overheads: every step records some thirty autograd
 nodes and computes five small weight gradients that are summed over steps. This function
 runs the same arithmetic without building a graph and back-propagates through time by hand:
 per-step work is only what truly depends on the previous step, and the weight gradients are
-computed once for all steps as large matrix products. `tests/unit/test_fused_recurrence.py`
-checks values and gradients against the plain autograd path.
+computed once for all steps as large matrix products. `tests/unit/test_fast_paths.py` checks
+values and gradients against the decoders' step functions.
 """
 
 from __future__ import annotations
@@ -18,25 +19,196 @@ tanh_backward = torch.ops.aten.tanh_backward
 sigmoid_backward = torch.ops.aten.sigmoid_backward
 
 
+class LinguisticCell:
+    """Tu et al.'s linguistic coverage inside a fused recurrence: C' = C + alpha / Phi (Phi = 1
+    without fertility), on plain tensors, with its backward pass by hand."""
+
+    def __init__(self, fertility: torch.Tensor | None = None):
+        self.fertility = fertility  # [B, S, 1]
+        self.d_fertility = None if fertility is None else torch.zeros_like(fertility)
+
+    def step(self, t, coverage, alpha, query):
+        increment = alpha.unsqueeze(-1)
+        if self.fertility is not None:
+            increment = increment / self.fertility
+        return coverage + increment
+
+    def backward(self, t, d_next, coverage, alpha, query):
+        """(d coverage, d alpha, d query or None) from d_next, the gradient into C'."""
+        if self.fertility is None:
+            return d_next, d_next.squeeze(-1), None
+        d_increment = d_next / self.fertility
+        self.d_fertility -= d_increment * alpha.unsqueeze(-1) / self.fertility
+        return d_next, d_increment.squeeze(-1), None
+
+    def grads(self) -> tuple:
+        return () if self.fertility is None else (self.d_fertility,)
+
+
+class NeuralCell:
+    """Tu et al.'s neural coverage inside a fused recurrence: C' = GRU(C, [alpha; h_j; query])
+    with the annotations' part of the gates precomputed, on plain tensors."""
+
+    def __init__(self, annotation_gates, w_weight, w_query, w_rec, b_rec):
+        self.annotation_gates, self.w_weight, self.w_query = annotation_gates, w_weight, w_query
+        self.w_rec, self.b_rec = w_rec, b_rec
+        self.saved = {}  # step -> r, z, n, W_rn C + b_rn
+        self.d = [torch.zeros_like(p) for p in (annotation_gates, w_weight, w_query, w_rec, b_rec)]
+
+    def step(self, t, coverage, alpha, query):
+        n_size = coverage.size(-1)
+        gates_x = self.annotation_gates + alpha.unsqueeze(-1) * self.w_weight[:, 0]
+        gates_x = gates_x + (query @ self.w_query.t()).unsqueeze(1)
+        gates_h = coverage @ self.w_rec.t() + self.b_rec
+        rz = torch.sigmoid(gates_x[..., : 2 * n_size] + gates_h[..., : 2 * n_size])
+        r, z = rz[..., :n_size], rz[..., n_size:]
+        gh_n = gates_h[..., 2 * n_size :]
+        n = torch.tanh(gates_x[..., 2 * n_size :] + r * gh_n)
+        self.saved[t] = r, z, n, gh_n
+        return n + z * (coverage - n)
+
+    def backward(self, t, d_next, coverage, alpha, query):
+        r, z, n, gh_n = self.saved.pop(t)
+        d_pre_n = tanh_backward(d_next * (1 - z), n)
+        d_pre_r = sigmoid_backward(d_pre_n * gh_n, r)
+        d_pre_z = sigmoid_backward(d_next * (coverage - n), z)
+        d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=-1)  # [B, S, 3n]
+        d_gh = torch.cat([d_pre_r, d_pre_z, d_pre_n * r], dim=-1)
+        d_gates, d_weight, d_query_w, d_rec, d_bias = self.d
+        d_gates += d_gx
+        d_weight[:, 0] += (d_gx * alpha.unsqueeze(-1)).sum((0, 1))
+        d_per_query = d_gx.sum(1)  # [B, 3n]
+        d_query_w.addmm_(d_per_query.t(), query)
+        d_rec.addmm_(d_gh.flatten(0, 1).t(), coverage.flatten(0, 1))
+        d_bias += d_gh.sum((0, 1))
+        d_coverage = d_next * z + d_gh @ self.w_rec
+        return d_coverage, d_gx @ self.w_weight[:, 0], d_per_query @ self.w_query
+
+    def grads(self) -> tuple:
+        return tuple(self.d)
+
+
+class AttentionSteps:
+    """The additive attention of a fused recurrence, one step at a time forward and backward:
+
+        E = v . tanh(K + W_cov C + q);  alpha = softmax(E masked);  c = alpha V
+
+    with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. It
+    keeps the queries and coverage of every step; tanh(K + W_cov C + q), the largest term, is
+    recomputed in the backward pass instead of kept (see functional.tanh_ for the tanh)."""
+
+    def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
+        B, A = keys.size(0), keys.size(2)
+        self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
+        self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
+        self.queries = keys.new_empty(T, B, A)
+        self.hidden = torch.empty_like(keys)
+        self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
+
+    def _hidden(self, t):
+        h = self.hidden
+        if self.cell is None:
+            torch.add(self.keys, self.queries[t].unsqueeze(1), out=h)
+        else:
+            torch.matmul(self.coverages[t], self.w_cov.t(), out=h).add_(self.keys)
+            h.add_(self.queries[t].unsqueeze(1))
+        return h.mul_(2).sigmoid_().mul_(2).sub_(1)
+
+    def forward(self, t, q, query):
+        """alpha [B, S] and c [B, D] of step t, for the projected query q [B, A]; `query` is
+        what the coverage model reads."""
+        self.queries[t] = q
+        if self.cell is not None:
+            self.coverages[t] = self.coverage
+        energy = torch.matmul(self._hidden(t), self.v).masked_fill_(self.blocked, float("-inf"))
+        alpha = torch.softmax(energy, dim=-1)
+        c = torch.bmm(alpha.unsqueeze(1), self.values).squeeze(1)
+        if self.cell is not None:
+            self.coverage = self.cell.step(t, self.coverage, alpha, query)
+        return alpha, c
+
+    def backward(self, t, alpha, d_c, d_alpha, query):
+        """(dq [B, A], d query from the coverage model or None) of step t, from d_c and any
+        gradient d_alpha on the weights themselves; steps go backward from the last."""
+        if t == self.queries.size(0) - 1:
+            self.d_keys, self.d_v = torch.zeros_like(self.keys), torch.zeros_like(self.v)
+            if self.cell is not None:
+                self.d_coverage = torch.zeros_like(self.coverage)
+                self.d_w_cov = torch.zeros_like(self.w_cov)
+        d_alpha_c = (self.values * d_c.unsqueeze(1)).sum(-1)  # faster than bmm for this shape
+        d_alpha = d_alpha_c if d_alpha is None else d_alpha_c + d_alpha
+        d_query = None
+        if self.cell is not None:
+            coverage = self.coverages[t]
+            self.d_coverage, d_alpha_cov, d_query = self.cell.backward(
+                t, self.d_coverage, coverage, alpha, query
+            )
+            d_alpha = d_alpha + d_alpha_cov
+        d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
+        h = self._hidden(t)
+        A = h.size(-1)
+        self.d_v.addmv_(h.reshape(-1, A).t(), d_energy.reshape(-1))
+        d_pre = tanh_backward(d_energy.unsqueeze(2) * self.v, h)
+        self.d_keys += d_pre
+        if self.cell is not None:
+            self.d_coverage = self.d_coverage + d_pre @ self.w_cov
+            self.d_w_cov.addmm_(d_pre.reshape(-1, A).t(), coverage.flatten(0, 1))
+        return d_pre.sum(1), d_query
+
+    def grads(self) -> tuple:
+        """d keys, d v, d W_cov (None without coverage) and the coverage model's inputs'."""
+        if self.cell is None:
+            return self.d_keys, self.d_v, None
+        return self.d_keys, self.d_v, self.d_w_cov, *self.cell.grads()
+
+
+def coverage_inputs(attention, state) -> tuple | None:
+    """What the fused recurrences take for `attention`'s coverage model, given the attention
+    state at the first step: (W_cov, cell type, C_0, the cell's tensors...), (None, None, None)
+    without coverage; None where they cannot run it (a state of the variant's own, a coverage
+    model without a cell, coverage outside the energies' nonlinearity)."""
+    if attention.coverage is None:
+        return None if state else (None, None, None)
+    if set(state) != {"coverage"} or attention.key_term_size() is None:
+        return None
+    fused = attention.coverage.fused_cell(state["coverage"])
+    if fused is None:
+        return None
+    cell, tensors = fused
+    return attention.coverage_proj.weight, cell, state["coverage"]["coverage"], *tensors
+
+
+def attention_steps(T, keys, values, mask, v, w_cov, cell_type, coverage, cell_tensors):
+    cell = None if cell_type is None else cell_type(*cell_tensors)
+    return AttentionSteps(T, keys, values, mask, v, w_cov, cell, coverage)
+
+
+def coverage_grads(steps: AttentionSteps) -> tuple:
+    """The gradients of a recurrence's coverage inputs: W_cov, its type, C_0, its tensors."""
+    _, _, d_w_cov, *cell_grads = steps.grads()
+    return (d_w_cov, None, None, *cell_grads)
+
+
 class AdditiveGRURecurrence(torch.autograd.Function):
     """For t = 0..T-1, with s = s_t:
 
-        q = W_q s + b_q;  E = v . tanh(K + q);  alpha = softmax(E masked);  c = alpha V
+        q = W_q s + b_q;  alpha, c = AttentionSteps (E = v . tanh(K + W_cov C + q))
         [r, z, n] gates from x_t + W_c c and W_h s + b_h;  s_{t+1} = n + z (s - n)
 
     Returns (states s_0..s_{T-1} [B, T, H], contexts c_1..c_T [B, T, D], alphas [B, T, S]).
     W_sh stacks W_q (first A rows) over W_h, so s_t is projected with one matmul per step.
+    With coverage: `w_cov`, the cell's type (LinguisticCell, NeuralCell), C_0 and the cell's
+    tensors; the cell reads s_t, the attention's query. Without: None, None, None.
     """
 
     @staticmethod
-    def forward(ctx, x, s0, keys, values, mask, w_sh, b_sh, v, w_c):
+    def forward(ctx, x, s0, keys, values, mask, w_sh, b_sh, v, w_c, w_cov, cell, c0, *cell_in):
         B, T, _ = x.shape
         H, A, S = s0.size(1), keys.size(2), keys.size(1)
-        blocked = ~mask
+        attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
         states = x.new_empty(B, T, H)
         contexts = x.new_empty(B, T, values.size(2))
         alphas = x.new_empty(B, T, S)
-        hidden = x.new_empty(T, B, S, A)  # tanh(K + q) of every step, for the backward pass
         gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
         gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
         w_c_t, w_sh_t = w_c.t(), w_sh.t()
@@ -44,12 +216,8 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         for t in range(T):
             states[:, t] = s
             proj = torch.addmm(b_sh, s, w_sh_t)  # [B, A + 3H]: q and W_h s + b_h
-            h = torch.add(keys, proj[:, :A].unsqueeze(1), out=hidden[t])
-            h.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh (see functional.tanh_)
-            energy = torch.matmul(h, v).masked_fill_(blocked, float("-inf"))
-            alpha = torch.softmax(energy, dim=-1)
+            alpha, c = attend.forward(t, proj[:, :A], s)
             alphas[:, t] = alpha
-            c = torch.bmm(alpha.unsqueeze(1), values).squeeze(1)
             contexts[:, t] = c
             gx = torch.addmm(x[:, t], c, w_c_t)
             rz = torch.sigmoid(gx[:, : 2 * H] + proj[:, A : A + 2 * H])
@@ -59,26 +227,21 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             gates[t, :, : 2 * H] = rz
             gates[t, :, 2 * H :] = n
             s = torch.addcmul(n, z, s - n)
-        ctx.save_for_backward(
-            s0, keys, values, w_sh, v, w_c, states, contexts, alphas, hidden, gates, gh_n
-        )
+        ctx.attend = attend
+        ctx.save_for_backward(s0, w_sh, w_c, states, contexts, alphas, gates, gh_n)
         return states, contexts, alphas
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_states, d_contexts, d_alphas):
-        s0, keys, values, w_sh, v, w_c, states, contexts, alphas, hidden, gates, gh_n = (
-            ctx.saved_tensors
-        )
+        s0, w_sh, w_c, states, contexts, alphas, gates, gh_n = ctx.saved_tensors
+        attend, values = ctx.attend, ctx.attend.values
         B, T, H = states.shape
-        A = keys.size(2)
         if d_states is None:
             d_states = torch.zeros_like(states)
         if d_contexts is None:
             d_contexts = torch.zeros_like(contexts)
-        d_keys = torch.zeros_like(keys)
-        d_v = torch.zeros_like(v)
-        d_proj = states.new_empty(B, T, A + 3 * H)  # [dq, d(W_h s + b_h)] of every step
+        d_proj = states.new_empty(B, T, w_sh.size(0))  # [dq, d(W_h s + b_h)] of every step
         d_x = states.new_empty(B, T, 3 * H)
         d_c_all = states.new_empty(B, T, values.size(2))
         ds = torch.zeros_like(s0)  # gradient flowing into s_{t+1}
@@ -94,23 +257,137 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             d_x[:, t] = d_gx
             d_c = torch.addmm(d_contexts[:, t], d_gx, w_c)
             d_c_all[:, t] = d_c
-            # c = alpha V,  alpha = softmax(v . tanh(K + q))
-            alpha = alphas[:, t]
-            d_alpha = (values * d_c.unsqueeze(1)).sum(-1)  # faster than bmm for this shape
-            if d_alphas is not None:  # a loss on the attention itself (coverage loss)
-                d_alpha = d_alpha + d_alphas[:, t]
-            d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
-            h = hidden[t]
-            d_v.addmv_(h.reshape(-1, A).t(), d_energy.reshape(-1))
-            d_pre = tanh_backward(d_energy.unsqueeze(2) * v, h)
-            d_keys += d_pre
-            d_p = torch.cat([d_pre.sum(1), d_pre_r, d_pre_z, d_pre_n * r], dim=1)
+            d_alpha = None if d_alphas is None else d_alphas[:, t]  # a loss on the attention
+            dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, s)
+            d_p = torch.cat([dq, d_pre_r, d_pre_z, d_pre_n * r], dim=1)
             d_proj[:, t] = d_p
             ds = torch.addmm(torch.addcmul(d_states[:, t], ds, z), d_p, w_sh)
+            if d_query is not None:
+                ds += d_query
         # Weight gradients, once for all steps.
         d_proj_flat = d_proj.reshape(B * T, -1)
         d_w_sh = d_proj_flat.t() @ states.reshape(B * T, H)
         d_b_sh = d_proj_flat.sum(0)
         d_w_c = d_x.reshape(B * T, -1).t() @ contexts.reshape(B * T, -1)
         d_values = torch.bmm(alphas.transpose(1, 2), d_c_all)
-        return d_x, ds, d_keys, d_values, None, d_w_sh, d_b_sh, d_v, d_w_c
+        d_keys, d_v = attend.grads()[:2]
+        return (
+            d_x, ds, d_keys, d_values, None, d_w_sh, d_b_sh, d_v, d_w_c, *coverage_grads(attend)
+        )  # fmt: skip
+
+
+class LuongGRURecurrence(torch.autograd.Function):
+    """Luong et al.'s input-feeding decoder (one GRU layer, additive attention on the new state)
+    for t = 0..T-1, with s = s_t and f = h~_{t-1}:
+
+        [r, z, n] gates from x_t + W_f f and W_h s + b_h;  s' = n + z (s - n)
+        q = W_q s' + b_q;  E = v . tanh(K + q);  alpha = softmax(E masked);  c = alpha V
+        h~_t = tanh(W_cc c + W_cs s')
+
+    Returns (h~_0..h~_{T-1} [B, T, H], alphas [B, T, S]). W_stack stacks W_q, W_cs and W_h, which
+    all multiply s', so each step projects s' once (its W_h part is the next step's). Coverage
+    as in AdditiveGRURecurrence; its cell reads s', the attention's query.
+    """
+
+    @staticmethod
+    def forward(ctx, x, s0, f0, keys, values, mask, w_stack, b_stack, w_f, w_cc, v, *coverage):
+        B, T, _ = x.shape
+        H, A, S = s0.size(1), keys.size(2), keys.size(1)
+        w_cov, cell, c0, *cell_in = coverage
+        attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
+        news = x.new_empty(B, T, H)  # s' of every step
+        feeds = x.new_empty(B, T, H)  # h~ of every step
+        contexts = x.new_empty(B, T, values.size(2))
+        alphas = x.new_empty(B, T, S)
+        gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
+        gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
+        w_stack_t, w_f_t, w_cc_t = w_stack.t(), w_f.t(), w_cc.t()
+        gh = torch.addmm(b_stack[A + H :], s0, w_stack_t[:, A + H :])
+        s, f = s0, f0
+        for t in range(T):
+            gx = torch.addmm(x[:, t], f, w_f_t)
+            rz = torch.sigmoid(gx[:, : 2 * H] + gh[:, : 2 * H])
+            r, z = rz[:, :H], rz[:, H:]
+            gh_n[t] = gh[:, 2 * H :]
+            n = torch.tanh(torch.addcmul(gx[:, 2 * H :], r, gh_n[t]))
+            gates[t, :, : 2 * H] = rz
+            gates[t, :, 2 * H :] = n
+            s = torch.addcmul(n, z, s - n)
+            news[:, t] = s
+            proj = torch.addmm(b_stack, s, w_stack_t)  # [B, A + H + 3H]: q, W_cs s', next W_h s'
+            alpha, c = attend.forward(t, proj[:, :A], s)
+            alphas[:, t] = alpha
+            contexts[:, t] = c
+            f = torch.tanh(torch.addmm(proj[:, A : A + H], c, w_cc_t))
+            feeds[:, t] = f
+            gh = proj[:, A + H :]
+        ctx.attend = attend
+        ctx.save_for_backward(
+            s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n
+        )
+        return feeds, alphas
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_feeds, d_alphas):
+        s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n = ctx.saved_tensors
+        attend = ctx.attend
+        B, T, H = news.shape
+        if d_feeds is None:
+            d_feeds = torch.zeros_like(feeds)
+        A = w_stack.size(0) - 4 * H
+        d_proj = news.new_empty(B, T, A + 4 * H)  # [dq, d(W_cs s'), d(next W_h s')] per step
+        d_x = news.new_empty(B, T, 3 * H)
+        d_pre_c_all = news.new_empty(B, T, H)
+        d_c_all = news.new_empty(B, T, attend.values.size(2))
+        d_f = torch.zeros_like(s0)  # gradient flowing into h~_t from step t + 1
+        d_s_direct = torch.zeros_like(s0)  # into s'_t through step t + 1's z s term
+        d_gh_next = news.new_zeros(B, 3 * H)  # step t + 1's d(W_h s'_t + b_h)
+        for t in reversed(range(T)):
+            # h~ = tanh(W_cc c + W_cs s')
+            d_pre_c = tanh_backward(d_feeds[:, t] + d_f, feeds[:, t])
+            d_pre_c_all[:, t] = d_pre_c
+            d_c = d_pre_c @ w_cc
+            d_c_all[:, t] = d_c
+            d_alpha = None if d_alphas is None else d_alphas[:, t]
+            dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, news[:, t])
+            d_p = torch.cat([dq, d_pre_c, d_gh_next], dim=1)
+            d_proj[:, t] = d_p
+            ds = torch.addmm(d_s_direct, d_p, w_stack)  # d s'_t
+            if d_query is not None:
+                ds += d_query
+            # s' = n + z (s - n),  n = tanh(x_n + W_fn f + r (W_hn s + b_hn))
+            g = gates[t]
+            r, z, n = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
+            s = news[:, t - 1] if t > 0 else s0
+            d_pre_n = tanh_backward(ds * (1 - z), n)
+            d_pre_r = sigmoid_backward(d_pre_n * gh_n[t], r)
+            d_pre_z = sigmoid_backward(ds * (s - n), z)
+            d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=1)
+            d_x[:, t] = d_gx
+            d_f = d_gx @ w_f
+            d_gh_next = torch.cat([d_pre_r, d_pre_z, d_pre_n * r], dim=1)
+            d_s_direct = ds * z
+        d_s0 = torch.addmm(d_s_direct, d_gh_next, w_stack[A + H :])
+        d_keys, d_v = attend.grads()[:2]
+        return (
+            d_x, d_s0, d_f, d_keys, torch.bmm(alphas.transpose(1, 2), d_c_all), None,
+            *luong_weight_grads(s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c_all,
+                                d_gh_next, A),
+            d_v, *coverage_grads(attend),
+        )  # fmt: skip
+
+
+def luong_weight_grads(s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c, d_gh_0, A):
+    """LuongGRURecurrence's weight gradients, once for all steps: d W_stack, d b_stack, d W_f,
+    d W_cc. W_h s_0 + b_h came before the loop; d_gh_0 is its gradient."""
+    B, T, H = news.shape
+    d_proj_flat = d_proj.reshape(B * T, -1)
+    d_w_stack = d_proj_flat.t() @ news.reshape(B * T, H)
+    d_b_stack = d_proj_flat.sum(0)
+    d_w_stack[A + H :].addmm_(d_gh_0.t(), s0)
+    d_b_stack[A + H :] += d_gh_0.sum(0)
+    previous_feeds = torch.cat([f0.unsqueeze(1), feeds[:, :-1]], dim=1)
+    d_w_f = d_x.reshape(B * T, -1).t() @ previous_feeds.reshape(B * T, H)
+    d_w_cc = d_pre_c.reshape(B * T, H).t() @ contexts.reshape(B * T, -1)
+    return d_w_stack, d_b_stack, d_w_f, d_w_cc

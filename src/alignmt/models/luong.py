@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
+from alignmt.models.fused_recurrence import LuongGRURecurrence, coverage_inputs
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.special_tokens import PAD_ID
@@ -131,10 +133,45 @@ class LuongDecoder(Decoder):
 
     def teacher_forced(self, tgt_in, memory, state):
         if self.input_feeding:  # each step's input waits for the previous h~
-            return None
+            return self._fused_input_feeding(tgt_in, memory, state)
         tops, _ = self._rnn(self.dropout(self.embedding(tgt_in)), state)
         attentional, weights, _ = self._attend(tops, memory, state)
         return attentional, weights
+
+    def _fused_input_feeding(self, tgt_in, memory, state):
+        """Input feeding through the hand-written recurrence (fused_recurrence.py), where it
+        applies: one GRU layer, additive energies (with a coverage model that declares a fused
+        cell, if any), no active dropout, CPU."""
+        energy = self.attention.fused_energy_weights(coverage=True)
+        coverage = coverage_inputs(self.attention, state["attention"])
+        if (
+            energy is None
+            or coverage is None
+            or self.is_lstm
+            or self.num_layers != 1
+            or (self.training and self.dropout.p > 0)
+            or tgt_in.is_cuda
+        ):
+            return None
+        w_q, b_q, v = energy
+        H, E = self.hidden_size, self.embedding.embedding_dim
+        w_ih, w_c = self.rnn.weight_ih_l0, self.combine.weight
+        D = w_c.size(1) - H  # combine reads [c; s']
+        gates_x = F.linear(self.embedding(tgt_in), w_ih[:, :E], self.rnn.bias_ih_l0)
+        return LuongGRURecurrence.apply(
+            gates_x,
+            state["hidden"][:, 0],
+            state["feed"],
+            memory.keys,
+            memory.values,
+            memory.mask,
+            torch.cat([w_q, w_c[:, D:], self.rnn.weight_hh_l0]),
+            torch.cat([b_q, b_q.new_zeros(H), self.rnn.bias_hh_l0]),
+            w_ih[:, E:],
+            w_c[:, :D],
+            v,
+            *coverage,
+        )
 
     def paper_init_(self) -> None:
         if self.attention is not None:

@@ -11,7 +11,7 @@ from alignmt.models.attention import AdditiveAttention, Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
 from alignmt.models.functional import gru_update
-from alignmt.models.fused_recurrence import AdditiveGRURecurrence
+from alignmt.models.fused_recurrence import AdditiveGRURecurrence, coverage_inputs
 from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
@@ -33,8 +33,8 @@ class RNNSearchDecoder(Decoder):
     every PyTorch GRU, including this model's encoder.
 
     Teacher forcing on CPUs runs the recurrence as one hand-written autograd function when the
-    attention declares plain additive energies (`fused_energy_weights`); the output layer then
-    runs once over all steps.
+    attention declares plain additive energies (`fused_energy_weights`), with a coverage model
+    inside if it declares a fused cell; the output layer then runs once over all steps.
     """
 
     has_attention = True
@@ -86,8 +86,9 @@ class RNNSearchDecoder(Decoder):
         return self.maxout(features)
 
     def teacher_forced(self, tgt_in, memory, state):
-        energy = self.attention.fused_energy_weights()
-        if energy is None or state["attention"] or tgt_in.is_cuda:
+        energy = self.attention.fused_energy_weights(coverage=True)
+        coverage = coverage_inputs(self.attention, state["attention"])
+        if energy is None or coverage is None or tgt_in.is_cuda:
             return None
         w_q, b_q, v = energy
         embedded = self.embedding(tgt_in)  # [B, T, E]
@@ -101,6 +102,7 @@ class RNNSearchDecoder(Decoder):
             torch.cat([b_q, self.recurrent_proj.bias]),
             v,
             self.context_proj.weight,
+            *coverage,
         )
         return torch.cat([hiddens, embedded, contexts], dim=-1), weights
 

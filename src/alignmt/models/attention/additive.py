@@ -31,8 +31,8 @@ class AdditiveAttention(Attention):
     def key_term_size(self) -> int:
         return self.attention_size
 
-    def fused_energy_weights(self):
-        if self.coverage is not None:
+    def fused_energy_weights(self, coverage: bool = False):
+        if self.coverage is not None and not coverage:
             return None
         return self.query_proj.weight, self.query_proj.bias, self.energy.weight.view(-1)
 

@@ -63,9 +63,13 @@ class Attention(nn.Module):
         coverage term belongs, as in Tu et al.'s additive model); None otherwise."""
         return None
 
-    def fused_energy_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    def fused_energy_weights(
+        self, coverage: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """(W_q, b_q, v) when the energies are exactly v . tanh(keys + W_q s + b_q) with no state,
-        window or coverage, which the fused CPU recurrence computes itself; None otherwise."""
+        window or coverage, which the fused CPU recurrences compute themselves; None otherwise.
+        `coverage=True`: also with a coverage term inside the tanh, for a caller that runs the
+        coverage model too (fused_recurrence.coverage_inputs)."""
         return None
 
     def paper_init_(self) -> None:

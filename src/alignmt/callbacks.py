@@ -15,28 +15,49 @@ import pytorch_lightning as pl
 from alignmt.dashboards import has_dashboard, log_validation_samples
 from alignmt.evaluation.results import spread_by_length, write_test_files
 from alignmt.plots import plot_attention
+from alignmt.report.sentences import SENTENCES_FILE, sentence_records, write_sentences
 
 
 class ResultFiles(pl.Callback):
     """After testing: hypotheses.txt, bleu_by_length.{csv,png}, exposure.{csv,png}, attention
     heatmaps of `heatmaps` test sentences of increasing length (and of `heatmap_sentences`),
-    and the test metrics merged into metrics.json, in `out_dir` (on the main process)."""
+    every sentence with its attention in test_sentences.jsonl.gz (`sentences`: the report's
+    attention explorer reads it), and the test metrics merged into metrics.json, in `out_dir`
+    (on the main process)."""
 
-    def __init__(self, out_dir: str, heatmaps: int = 4, heatmap_sentences: Sequence[int] = ()):
+    def __init__(
+        self,
+        out_dir: str,
+        heatmaps: int = 4,
+        heatmap_sentences: Sequence[int] = (),
+        sentences: bool = True,
+    ):
         self.out_dir = Path(out_dir)
         self.heatmaps = heatmaps
         self.heatmap_sentences = list(heatmap_sentences)
+        self.sentences = sentences
 
     def on_test_end(self, trainer: pl.Trainer, task) -> None:
-        if trainer.is_global_zero and task.test_results is not None:
-            write_test_files(
-                self.out_dir,
+        if not trainer.is_global_zero or task.test_results is None:
+            return
+        evaluator, text = task.evaluator, task.evaluator.texts["test"]
+        write_test_files(
+            self.out_dir,
+            task.test_evaluation,
+            text,
+            task.test_results,
+            self.heatmaps,
+            self.heatmap_sentences,
+        )
+        if self.sentences:
+            translator = evaluator.translator
+            records = sentence_records(
                 task.test_evaluation,
-                task.evaluator.texts["test"],
-                task.test_results,
-                self.heatmaps,
-                self.heatmap_sentences,
+                text,
+                (translator.source_tokenizer, translator.target_tokenizer),
+                evaluator.alignment_unit,
             )
+            write_sentences(self.out_dir / SENTENCES_FILE, records)
 
 
 class Dashboards(pl.Callback):

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from alignmt.dashboards import has_dashboard, log_validation_samples
+from alignmt.dashboards import (
+    has_dashboard,
+    log_artifacts,
+    log_test_figures,
+    log_validation_samples,
+    summarise_best,
+)
 from alignmt.evaluation.results import spread_by_length, write_test_files
 from alignmt.plots import plot_attention
 from alignmt.report.sentences import SENTENCES_FILE, sentence_records, write_sentences
@@ -61,12 +67,39 @@ class ResultFiles(pl.Callback):
 
 
 class Dashboards(pl.Callback):
-    """After each validation, `samples` translations of increasing length (source, reference,
-    hypothesis) with their heatmaps, to wandb and TensorBoard when either logs the run."""
+    """For wandb and TensorBoard, when either logs the run: after each validation, `samples`
+    translations of increasing length (source, reference, hypothesis) with their heatmaps;
+    after testing, the figures ResultFiles wrote (test heatmaps, BLEU by length, exposure;
+    so this callback comes after it), and for wandb the tested checkpoint and the test
+    outputs as artifacts (`artifacts`) and the best `val/bleu` as the run's summary."""
 
-    def __init__(self, out_dir: str, samples: int = 4):
+    def __init__(self, out_dir: str, samples: int = 4, artifacts: bool = True):
         self.out_dir = Path(out_dir)
         self.samples = samples
+        self.artifacts = artifacts
+
+    def on_fit_start(self, trainer: pl.Trainer, task) -> None:
+        if trainer.is_global_zero:
+            summarise_best(trainer.loggers)
+
+    def on_test_end(self, trainer: pl.Trainer, task) -> None:
+        if not trainer.is_global_zero or not has_dashboard(trainer.loggers):
+            return
+        out = self.out_dir
+        figures = {
+            f"test/attention/{int(p.stem.split('_')[1])}": p
+            for p in sorted((out / "attention").glob("test_*.png"))
+        }
+        for name in ("bleu_by_length", "exposure"):
+            if (out / f"{name}.png").is_file():
+                figures[f"test/{name}"] = out / f"{name}.png"
+        log_test_figures(trainer.loggers, trainer.global_step, figures)
+        if self.artifacts:
+            checkpoint = Path(trainer.ckpt_path) if trainer.ckpt_path else None
+            outputs = [
+                out / name for name in ("hypotheses.txt", SENTENCES_FILE, "bleu_by_length.csv")
+            ]
+            log_artifacts(trainer.loggers, checkpoint, outputs)
 
     def on_validation_end(self, trainer: pl.Trainer, task) -> None:
         evaluation = task.last_validation

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import html
+import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +34,8 @@ from alignmt.report.runs import (
 )
 from alignmt.report.significance import BOOTSTRAP_SAMPLES, paired_bootstrap_p
 
-__all__ = ["collect", "find_runs", "main", "report"]
+__all__ = ["collect", "collect_report", "find_runs", "main", "report", "run_report"]
+log = logging.getLogger(__name__)
 EXPLORER_CHOICES = ("groups", "all", "none")
 
 
@@ -121,6 +124,48 @@ def explorer_runs(summary: pd.DataFrame, labels: dict[Path, str], frame, which: 
     return [(labels[run], run) for run in chosen] if which != "none" else []
 
 
+@dataclass
+class Report:
+    """The runs found, one row each (`frame`), and the table (`summary`: a row per setting,
+    seeds merged, `members` listing its runs)."""
+
+    paths: list[Path]
+    runs: list
+    frame: pd.DataFrame
+    summary: pd.DataFrame
+    settings: list[str]
+    metrics: list[str]
+    groups: list[str]  # a label per row
+    labels: dict[Path, str]  # a label per run
+
+
+def collect_report(
+    paths: list[Path],
+    keys: list[str] | None = None,
+    metrics: list[str] | None = None,
+    label: list[str] | None = None,
+    baseline: str | None = None,
+    bootstrap_samples: int = BOOTSTRAP_SAMPLES,
+) -> Report:
+    found = find_runs(paths)
+    if not found:
+        where = ", ".join(map(str, paths))
+        raise SystemExit(f"no runs (directories with config.yaml) under {where}")
+    runs = [load_run(p) for p in found]
+    metrics = list(metrics or metric_columns(runs))
+    frame = runs_frame(runs, metrics, keys)
+    settings = setting_columns(frame, metrics)
+    for key in label or []:  # extra columns naming the curves of bleu_by_length.png
+        if key not in frame:
+            frame.insert(len(settings) + 2, key, [short(run.config.get(key)) for run in runs])
+    summary = summarise(frame, settings, metrics)
+    groups = group_labels(summary, settings)
+    if len(summary) > 1 and bootstrap_samples > 0:
+        add_p_values(frame, summary, choose_baseline(summary, groups, baseline), bootstrap_samples)
+    labels = run_labels(summary, groups, frame)
+    return Report(list(paths), runs, frame, summary, settings, metrics, groups, labels)
+
+
 def report(
     paths: list[Path],
     out: Path | None = None,
@@ -132,42 +177,35 @@ def report(
     explorer: str = "groups",
     bootstrap_samples: int = BOOTSTRAP_SAMPLES,
 ) -> pd.DataFrame:
-    """Writes the report files into `out` (default: the first path) and returns the table:
-    one row per setting (seeds merged), `members` listing its runs."""
-    found = find_runs(paths)
-    if not found:
-        raise SystemExit(
-            f"no runs (directories with config.yaml) under {', '.join(map(str, paths))}"
-        )
-    runs = [load_run(p) for p in found]
-    metrics = list(metrics or metric_columns(runs))
-    frame = runs_frame(runs, metrics, keys)
-    settings = setting_columns(frame, metrics)
-    for key in label or []:  # extra columns naming the curves of bleu_by_length.png
-        if key not in frame:
-            frame.insert(len(settings) + 2, key, [short(run.config.get(key)) for run in runs])
-    summary = summarise(frame, settings, metrics)
-    groups = group_labels(summary, settings)
-    labels = run_labels(summary, groups, frame)
-    if len(summary) > 1 and bootstrap_samples > 0:
-        add_p_values(frame, summary, choose_baseline(summary, groups, baseline), bootstrap_samples)
+    """Writes report.html, report.md, summary.csv, runs.csv and bleu_by_length.png into `out`
+    (default: the first path) and returns the table: one row per setting (seeds merged),
+    `members` listing its runs."""
+    result = collect_report(paths, keys, metrics, label, baseline, bootstrap_samples)
     out = Path(out or paths[0])
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "runs.csv", index=False)
-    summary.drop(columns="members").to_csv(out / "summary.csv", index=False)
-    write_text(out / "report.md", markdown(summary, settings, metrics))
-    _bleu_by_length_png(runs, frame, label, labels, out)
+    result.frame.to_csv(out / "runs.csv", index=False)
+    result.summary.drop(columns="members").to_csv(out / "summary.csv", index=False)
+    write_text(out / "report.md", markdown(result.summary, result.settings, result.metrics))
+    _bleu_by_length_png(result, label, out)
     if write_html:
-        write_text(
-            out / "report.html",
-            _html(paths, frame, summary, settings, metrics, groups, labels, explorer),
-        )
-    return summary
+        write_text(out / "report.html", html_page(result, explorer))
+    return result.summary
 
 
-def _bleu_by_length_png(runs, frame, label, labels, out: Path) -> None:
-    curves = {}
-    for run, (_, row) in zip(runs, frame.iterrows(), strict=True):
+def run_report(run_dir: Path) -> Path | None:
+    """report.html of one run, in its directory (the end of `alignmt-train`). A report that
+    cannot be written is a warning: it never costs the run."""
+    try:
+        write_text(run_dir / "report.html", html_page(collect_report([run_dir]), "all"))
+    except Exception as e:  # the run's own files are written; the page is an extra
+        log.warning("no report.html for %s: %s", run_dir, e)
+        return None
+    return run_dir / "report.html"
+
+
+def _bleu_by_length_png(result: Report, label, out: Path) -> None:
+    curves, labels = {}, result.labels
+    for run, (_, row) in zip(result.runs, result.frame.iterrows(), strict=True):
         if (run.path / "bleu_by_length.csv").is_file():
             name = " ".join(str(row[k]) for k in label) if label else labels[run.path]
             curves[name if name not in curves else f"{name} ({run.path.name})"] = (
@@ -177,7 +215,15 @@ def _bleu_by_length_png(runs, frame, label, labels, out: Path) -> None:
         plot_bleu_by_length(curves, out / "bleu_by_length.png")
 
 
-def _html(paths, frame, summary, settings, metrics, groups, labels, explorer) -> str:
+def html_page(result: Report, explorer: str = "groups") -> str:
+    """The text of report.html."""
+    summary, settings, groups, labels = (
+        result.summary,
+        result.settings,
+        result.groups,
+        result.labels,
+    )
+    frame, metrics = result.frame, result.metrics
     group_runs = [
         {"label": g, "runs": [Path(r) for r in m]}
         for g, m in zip(groups, summary["members"], strict=True)
@@ -206,9 +252,8 @@ def _html(paths, frame, summary, settings, metrics, groups, labels, explorer) ->
     )
     title = "alignmt report" + (f": {Path(frame['run'].iloc[0]).name}" if len(frame) == 1 else "")
     data = explorer_data(explorer_runs(summary, labels, frame, explorer))
-    return page.page(
-        title, page.generated_note(len(frame), len(summary), paths), tables, charts, data
-    )
+    note = page.generated_note(len(frame), len(summary), result.paths)
+    return page.page(title, note, tables, charts, data)
 
 
 def main(argv: list[str] | None = None) -> None:

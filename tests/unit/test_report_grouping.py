@@ -35,7 +35,8 @@ def run_config(schedule: str, seed: int, run_dir) -> dict:
     return {
         "seed": seed,
         "data": {"corpus": {"cache_dir": "/cache", "train_size": 400}},
-        "sampling": {"_target_": f"alignmt.sampling.{TARGETS[schedule]}"},
+        "sampling": {"_target_": f"alignmt.sampling.{TARGETS[schedule]}"}
+        | ({} if schedule == "teacher_forcing" else {"k": 1000, "floor": 0.0}),
         "callbacks": {"best_checkpoint": {"dirpath": f"{run_dir}/checkpoints"}},
         "logger": {"csv": {"save_dir": str(run_dir)}},
     }
@@ -100,8 +101,9 @@ def test_a_failed_run_is_counted_in_its_row(scheduled_sampling_sweep, tmp_path):
 
 
 def test_runs_without_hydra_overrides_are_compared_by_their_configs(tmp_path):
-    """Runs of the compose API: the varied key is found in config.yaml; each run's own paths
-    (run_dir, checkpoint and logger folders) are no difference between runs."""
+    """Runs of the compose API: the varied node is found in config.yaml, named by its class
+    (the keys only one class has are no setting of their own); each run's own paths (run_dir,
+    checkpoint and logger folders) are no difference between runs."""
     sweep = tmp_path / "composed"
     for schedule in ("teacher_forcing", "linear"):
         for seed in (1, 2):
@@ -110,8 +112,8 @@ def test_runs_without_hydra_overrides_are_compared_by_their_configs(tmp_path):
                 run_dir, run_config(schedule, seed, run_dir), {"test/bleu": bleu(schedule, seed)}
             )
     table = report([sweep], tmp_path / "out", write_html=False, bootstrap_samples=0)
-    assert list(table.columns[:3]) == ["sampling._target_", "runs", "seeds"]
-    assert sorted(table["sampling._target_"]) == ["LinearSchedule", "TeacherForcing"]
+    assert list(table.columns[:3]) == ["sampling", "runs", "seeds"]
+    assert sorted(table["sampling"]) == ["LinearSchedule", "TeacherForcing"]
     assert list(table["runs"]) == ["2/2", "2/2"]
 
 
@@ -131,3 +133,20 @@ def test_chosen_keys_group_as_asked_and_collect_lists_every_run(scheduled_sampli
 def test_no_runs_is_an_error_naming_the_path(tmp_path):
     with pytest.raises(SystemExit, match=str(tmp_path)):
         report([tmp_path], tmp_path / "out")
+
+
+def test_a_key_that_varies_within_one_class_stays_a_setting(tmp_path):
+    sweep = tmp_path / "composed"
+    for schedule, k in (("teacher_forcing", None), ("linear", 1000), ("linear", 2000)):
+        run_dir = sweep / f"{schedule}-{k}"
+        config = run_config(schedule, 1, run_dir)
+        if k is not None:
+            config["sampling"]["k"] = k
+        write_run(run_dir, config, {"test/bleu": bleu(schedule, 1)})
+    table = report([sweep], tmp_path / "out", write_html=False, bootstrap_samples=0)
+    assert list(table.columns[:2]) == ["sampling", "sampling.k"]
+    assert list(zip(table["sampling"], table["sampling.k"], strict=True)) == [
+        ("LinearSchedule", "1000"),
+        ("LinearSchedule", "2000"),
+        ("TeacherForcing", "(default)"),
+    ]

@@ -47,9 +47,9 @@ def layout(title: str, x: str, y: str, **extra) -> dict:
         "title": {"text": title},
         "xaxis": {"title": {"text": x}},
         "yaxis": {"title": {"text": y}},
-        "height": 380,
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-        "legend": {"font": {"size": 11}},
+        "height": 460,
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
+        "legend": {"font": {"size": 11}, "orientation": "h", "yanchor": "top", "y": -0.18},
         "hovermode": "closest",
         **extra,
     }
@@ -132,9 +132,10 @@ def beam_size(summary: pd.DataFrame, settings: list[str], metric: str = "test/bl
     beam = next((s for s in settings if s.split(".")[-1] == "beam_size"), None)
     if beam is None or metric not in summary:
         return None
-    frame = summary.assign(_beam=pd.to_numeric(summary[beam], errors="coerce")).dropna(
-        subset=["_beam"]
-    )
+    frame = summary.assign(_beam=pd.to_numeric(summary[beam], errors="coerce"))
+    frame = frame.dropna(subset=["_beam"])
+    if frame["_beam"].nunique() < 2:
+        return None
     others = [s for s in settings if s != beam]
     traces = []
     for g, (key, rows) in enumerate(frame.groupby(others or (lambda _: ""), sort=False)):

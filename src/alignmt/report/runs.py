@@ -19,6 +19,8 @@ from omegaconf import OmegaConf
 
 CONFIG_FILE = "config.yaml"
 EVALUATE_FILE = "evaluate.yaml"  # an evaluation run's own settings (decoding, checkpoint)
+# What of an evaluation's settings describes the run; its trainer is only how it decoded.
+EVALUATION_KEYS = ("ckpt", "decoding", "unk_replace", "unk_dictionary")
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 SEED = "seed"
 DEFAULT = "(default)"  # a setting a run left as its config had it
@@ -89,23 +91,33 @@ def parse_overrides(lines: list[str]) -> dict:
     return parsed
 
 
-def load_run(path: Path) -> Run:
+def _read_metrics(path: Path) -> dict:
+    if not (path / "metrics.json").is_file():
+        return {}
     try:
-        config = OmegaConf.load(path / CONFIG_FILE)
-        if (path / EVALUATE_FILE).is_file():  # an evaluation run: its decoding settings win
-            config = OmegaConf.merge(config, OmegaConf.load(path / EVALUATE_FILE))
+        return json.loads((path / "metrics.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path / 'metrics.json'}: line {e.lineno}: {e.msg}") from None
+
+
+def load_run(path: Path) -> Run:
+    """A run directory. An evaluation's decoding settings (evaluate.yaml) replace its training
+    config's; `ckpt` is the checkpoint a run tested (a training run's best)."""
+    try:
+        config = OmegaConf.to_container(OmegaConf.load(path / CONFIG_FILE))
+        if (path / EVALUATE_FILE).is_file():
+            evaluation = OmegaConf.to_container(OmegaConf.load(path / EVALUATE_FILE))
+            config.update(
+                {k: evaluation[k] for k in EVALUATION_KEYS if evaluation.get(k) is not None}
+            )
     except Exception as e:
         raise ValueError(f"{path / CONFIG_FILE}: not a readable run config ({e})") from None
     overrides = None
     if (path / OVERRIDES_FILE).is_file():
         overrides = parse_overrides(OmegaConf.to_container(OmegaConf.load(path / OVERRIDES_FILE)))
-    metrics = {}
-    if (path / "metrics.json").is_file():
-        try:
-            metrics = json.loads((path / "metrics.json").read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path / 'metrics.json'}: line {e.lineno}: {e.msg}") from None
-    return Run(path, flatten(OmegaConf.to_container(config)), overrides, metrics)
+    metrics = _read_metrics(path)
+    config.setdefault("ckpt", metrics.get("best_checkpoint"))
+    return Run(path, flatten(config), overrides, metrics)
 
 
 def run_specific(key: str, value, run: Run) -> bool:
@@ -118,7 +130,9 @@ def run_specific(key: str, value, run: Run) -> bool:
 
 def varied_settings(runs: list[Run]) -> list[dict]:
     """Per run, the settings whose values are not the same in every run: from the Hydra
-    overrides where every run has them, from the resolved configs otherwise."""
+    overrides where every run has them, from the resolved configs otherwise (a node whose
+    class differs is one setting, `decoding=BeamSearch`, with only those of its keys that
+    vary among runs of the same class)."""
     if all(run.overrides is not None for run in runs):
         settings = [run.overrides for run in runs]
     else:
@@ -128,10 +142,24 @@ def varied_settings(runs: list[Run]) -> list[dict]:
         for s, run in zip(settings, runs, strict=True)
     ]
     keys = list(dict.fromkeys(k for s in settings for k in s))
-    varied = [
-        k for k in keys if len({json.dumps(s.get(k, DEFAULT), default=str) for s in settings}) > 1
-    ]
-    return [{k: short(s.get(k, DEFAULT)) for k in varied} for s in settings]
+    varied = [k for k in keys if len(_distinct(settings, [k])) > 1]
+    targets = [k for k in varied if k.endswith("._target_")]
+    for target in targets:
+        node = target.removesuffix("_target_")
+        varied = [
+            k
+            for k in varied
+            if k == target
+            or not k.startswith(node)
+            or len(_distinct(settings, [target, k])) > len(_distinct(settings, [target]))
+        ]
+    names = {k: k.removesuffix("._target_") for k in varied}
+    return [{names[k]: short(s.get(k, DEFAULT)) for k in varied} for s in settings]
+
+
+def _distinct(settings: list[dict], keys: list[str]) -> set[str]:
+    """The distinct combinations of `keys` among the runs' settings."""
+    return {json.dumps([s.get(k, DEFAULT) for k in keys], default=str) for s in settings}
 
 
 def short(value):

@@ -29,7 +29,11 @@ def runs(trained_run, tmp_path_factory):
     cfg, metrics = trained_run
     beam = tmp_path_factory.mktemp("beam") / "run"
     overrides = ["decoding=beam", "decoding.beam_size=3", "decoding.min_length=1", "heatmaps=0"]
-    evaluate(compose_config("evaluate", [f"ckpt={metrics['best_checkpoint']}", f"run_dir={beam}", *overrides]))
+    evaluate(
+        compose_config(
+            "evaluate", [f"ckpt={metrics['best_checkpoint']}", f"run_dir={beam}", *overrides]
+        )
+    )
     return cfg.run_dir, beam
 
 
@@ -80,7 +84,9 @@ def browser_page(playwright, profile):
     return context, context.new_page()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium chromium-driver")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium: apt-get install chromium chromium-driver"
+)
 def test_the_page_renders_in_chromium(page_file, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     errors = []
@@ -88,7 +94,10 @@ def test_the_page_renders_in_chromium(page_file, tmp_path):
         context, page = browser_page(playwright, profile)
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: r.url.startswith(("file:", "data:", "blob:")) or errors.append(r.url))
+        page.on(
+            "request",
+            lambda r: r.url.startswith(("file:", "data:", "blob:")) or errors.append(r.url),
+        )
         page.goto(page_file.as_uri())
         page.wait_for_selector("body[data-explorer=ready]", timeout=30_000)
         check_tables_and_charts(page)
@@ -109,7 +118,8 @@ def check_tables_and_charts(page):
     # a click on BLEU sorts the rows by it
     page.locator("#runs-table th", has_text="BLEU").first.click()
     bleus = page.eval_on_selector_all(
-        "#runs-table tbody tr", "rows => rows.map(r => Number(r.cells[r.cells.length - 1].dataset.sort))"
+        "#runs-table tbody tr",
+        "rows => rows.map(r => Number(r.cells[r.cells.length - 1].dataset.sort))",
     )
     assert len(bleus) == 2
 
@@ -125,7 +135,9 @@ def check_explorer(page):
     lowest = page.evaluate("Math.min(...explorer.data.runs[0].bleu)")
     assert page.evaluate(f"explorer.data.runs[0].bleu[{first}]") == lowest
     # search narrows the list to sentences with the word
-    word = page.evaluate("explorer.data.testsets[explorer.data.runs[0].test].source[0].split(' ')[1]")
+    word = page.evaluate(
+        "explorer.data.testsets[explorer.data.runs[0].test].source[0].split(' ')[1]"
+    )
     page.fill("#search", word)
     shown = page.locator("#sentence-list .item").count()
     assert 1 <= shown < sentences or sentences == 1

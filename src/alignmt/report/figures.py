@@ -141,7 +141,9 @@ def beam_size(summary: pd.DataFrame, settings: list[str], metric: str = "test/bl
     for g, (key, rows) in enumerate(frame.groupby(others or (lambda _: ""), sort=False)):
         rows = rows.sort_values("_beam")
         parts = key if isinstance(key, tuple) else (key,)
-        name = ", ".join(f"{s}={v}" for s, v in zip(others, parts, strict=True)) or metric
+        name = (
+            ", ".join(f"{s}={v}" for s, v in zip(others, parts, strict=True)) if others else metric
+        )
         errors = {"type": "data", "array": values(rows[f"{metric} std"].fillna(0))}
         traces.append(line(name, rows["_beam"], rows[metric], g, error_y=errors))
     return {

@@ -3,6 +3,7 @@ the table, the charts and the attention explorer render, with no console error."
 
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -46,9 +47,9 @@ def page_file(runs, tmp_path_factory):
 
 
 def test_the_sentences_file_holds_every_test_sentence_with_its_attention(runs):
-    run_dir = runs[0]
-    records = read_sentences(f"{run_dir}/{SENTENCES_FILE}")
-    hypotheses = open(f"{run_dir}/hypotheses.txt").read().splitlines()
+    run_dir = Path(runs[0])
+    records = read_sentences(run_dir / SENTENCES_FILE)
+    hypotheses = (run_dir / "hypotheses.txt").read_text().splitlines()
     assert [r["hypothesis"] for r in records] == hypotheses
     assert [r["index"] for r in records] == list(range(len(hypotheses)))
     for r in records:

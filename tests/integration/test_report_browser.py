@@ -165,6 +165,6 @@ def hover_a_cell(page):
     run = page.evaluate("explorer.run('run-a')")
     i = page.evaluate("explorer.selected")
     target, source = run["target_tokens"][i][0], run["source_tokens"][i][1]
-    weight = run["attention"][i][1] / 1000
+    weight = run["attention"][i][1] / page.evaluate("explorer.data.scale")
     text = tooltip.text_content()
-    assert f"{target} ← {source}" in text and f"weight {weight:.3f}" in text
+    assert f"{target} ← {source}" in text and f"weight {weight:.2f}" in text

@@ -93,7 +93,7 @@ def test_runs_on_different_test_sets_are_not_compared(tmp_path):
     assert paired_bootstrap_p(a, tmp_path / "no-such-run") is None
 
 
-def test_explorer_data_keeps_texts_once_per_test_set_and_weights_in_thousandths(tmp_path):
+def test_explorer_data_keeps_texts_once_per_test_set_and_weights_in_hundredths(tmp_path):
     a = write_run(tmp_path / "a", SOURCES[:2], REFERENCES[:2], ["x y", "z"])
     b = write_run(tmp_path / "b", SOURCES[:2], REFERENCES[:2], ["x", "y z w"])
     data = unpack(pack(explorer_data([("A", a), ("B", b), ("none", tmp_path / "missing")])))
@@ -102,4 +102,5 @@ def test_explorer_data_keeps_texts_once_per_test_set_and_weights_in_thousandths(
     (test,) = data["testsets"].values()
     assert test["source"] == SOURCES[:2]
     # "z": rows z, [EOS]; columns the 7 source words and [EOS]; z attends word 0, [EOS] word 1
-    assert data["runs"][0]["attention"][1] == [1000, *[0] * 7, 0, 1000, *[0] * 6]
+    assert data["scale"] == 100
+    assert data["runs"][0]["attention"][1] == [100, *[0] * 7, 0, 100, *[0] * 6]

@@ -203,7 +203,7 @@ class Explorer {
         showscale: false,
         xgap: 0.5,
         ygap: 0.5,
-        hovertemplate: "%{customdata[0]} ← %{customdata[1]}<br>weight %{z:.3f}<extra></extra>",
+        hovertemplate: "%{customdata[0]} ← %{customdata[1]}<br>weight %{z:.2f}<extra></extra>",
       },
     ];
     const cells = run.gold_cells[i];

@@ -1,7 +1,7 @@
 """The attention explorer's data: the runs' `test_sentences.jsonl.gz`, made compact for the
 page. Texts are stored once per test set; weights as integers in hundredths, row after row
-(a heatmap shows no finer difference, and the zeros pack well); the whole as gzipped JSON in base64, which the page unpacks with the browser's own
-DecompressionStream."""
+(a heatmap shows no finer difference, and the zeros pack well); the whole as gzipped JSON in
+base64, which the page unpacks with the browser's own DecompressionStream."""
 
 from __future__ import annotations
 

@@ -104,9 +104,17 @@ def tensorboard(logdir: Path):
         server.wait(timeout=30)
 
 
-def tensorboard_screenshot(logdir: Path, tag: str) -> None:
+def tensorboard_screenshot(logdir: Path, tags: str) -> None:
+    """The time-series page, image cards only, filtered to `tags` (a regex)."""
     with tensorboard(logdir) as url, browser_page(1400, 1100) as page:
-        page.goto(f"{url}/?darkMode=false#timeseries&tagFilter={tag}")
+        page.goto(f"{url}/?darkMode=false#timeseries")
+        search = page.locator("input[placeholder='Filter tags (regex)']")
+        search.wait_for(timeout=60_000)
+        search.fill(tags)
+        page.locator("button", has_text="Image").first.click()
+        close = page.locator("button:visible", has_text="Close")
+        if close.count():  # the settings pane
+            close.first.click()
         page.wait_for_selector("img", timeout=60_000)
         page.wait_for_timeout(3_000)
         page.screenshot(path=DOCS / "tensorboard.png")
@@ -116,10 +124,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--sentence", type=int, default=20, help="the explorer's test sentence")
-    parser.add_argument("--tag", default="test", help="TensorBoard's tag filter")
+    parser.add_argument("--tags", default="^test/", help="TensorBoard's tag filter (regex)")
     args = parser.parse_args()
     report_screenshots(args.runs, args.sentence)
-    tensorboard_screenshot(args.runs[0], args.tag)
+    tensorboard_screenshot(args.runs[0], args.tags)
 
 
 if __name__ == "__main__":

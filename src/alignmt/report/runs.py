@@ -50,6 +50,10 @@ class Run:
         return "ok" if self.metrics else "failed"
 
     @property
+    def is_evaluation(self) -> bool:
+        return (self.path / EVALUATE_FILE).is_file()
+
+    @property
     def seed(self):
         return self.config.get(SEED)
 
@@ -130,10 +134,11 @@ def run_specific(key: str, value, run: Run) -> bool:
 
 def varied_settings(runs: list[Run]) -> list[dict]:
     """Per run, the settings whose values are not the same in every run: from the Hydra
-    overrides where every run has them, from the resolved configs otherwise (a node whose
-    class differs is one setting, `decoding=BeamSearch`, with only those of its keys that
-    vary among runs of the same class)."""
-    if all(run.overrides is not None for run in runs):
+    overrides where every run has them and all are training runs or all evaluations, from
+    the resolved configs otherwise (a node whose class differs is one setting,
+    `decoding=BeamSearch`, with only those of its keys that vary among runs of the class)."""
+    same_kind = len({run.is_evaluation for run in runs}) == 1
+    if same_kind and all(run.overrides is not None for run in runs):
         settings = [run.overrides for run in runs]
     else:
         settings = [run.config for run in runs]

@@ -150,3 +150,36 @@ def test_a_key_that_varies_within_one_class_stays_a_setting(tmp_path):
         ("LinearSchedule", "2000"),
         ("TeacherForcing", "(default)"),
     ]
+
+
+def test_a_training_run_and_its_beam_evaluation_differ_in_decoding_only(tmp_path):
+    """Their overrides have nothing in common (training sizes against a checkpoint and a
+    search), so they are compared by config: the evaluation's config.yaml is its checkpoint's
+    training config, with evaluate.yaml's decoding; `ckpt` is the checkpoint each tested."""
+    train_dir, beam_dir = tmp_path / "train", tmp_path / "evaluate"
+    config = run_config("teacher_forcing", 1, train_dir)
+    greedy = {"_target_": "alignmt.decoding.GreedySearch", "max_length_ratio": 2.0}
+    ckpt = f"{train_dir}/checkpoints/best-step000010.ckpt"
+    write_run(
+        train_dir,
+        {**config, "decoding": greedy},
+        {"test/bleu": 30.0, "best_checkpoint": ckpt},
+        ["trainer.max_steps=10", "data.corpus.train_size=400"],
+    )
+    write_run(
+        beam_dir,
+        {**config, "run_dir": str(train_dir), "decoding": greedy},
+        {"test/bleu": 31.0, "checkpoint": ckpt},
+        [f"ckpt={ckpt}", "decoding=beam", "decoding.beam_size=5"],
+    )
+    beam = {"_target_": "alignmt.decoding.BeamSearch", "beam_size": 5, "length_penalty": 0.0}
+    evaluation = {
+        "ckpt": ckpt,
+        "decoding": beam,
+        "trainer": {"devices": 2},
+        "run_dir": str(beam_dir),
+    }
+    (beam_dir / "evaluate.yaml").write_text(yaml.safe_dump(evaluation))
+    table = report([train_dir, beam_dir], tmp_path / "out", write_html=False, bootstrap_samples=0)
+    assert list(table.columns[:2]) == ["decoding", "runs"]
+    assert list(table["decoding"]) == ["BeamSearch", "GreedySearch"]  # evaluate/ before train/

@@ -1,4 +1,5 @@
-"""What a run leaves behind besides checkpoints: result files, dashboard figures, speed.
+"""What a run leaves behind: the resumable last checkpoint, result files, dashboard figures,
+speed.
 
 Each is a Lightning callback in the `callbacks` config group; they read what the task's
 evaluation produced (`last_validation`, `test_evaluation`, `test_results`).
@@ -6,12 +7,15 @@ evaluation produced (`last_validation`, `test_evaluation`, `test_results`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Checkpoint
 
+from alignmt.atomic import remove_leftovers
 from alignmt.dashboards import (
     has_dashboard,
     log_artifacts,
@@ -22,6 +26,68 @@ from alignmt.dashboards import (
 from alignmt.evaluation.results import spread_by_length, write_test_files
 from alignmt.plots import plot_attention
 from alignmt.report.sentences import SENTENCES_FILE, sentence_records, write_sentences
+
+log = logging.getLogger(__name__)
+
+
+class LastCheckpoint(Checkpoint):
+    """`dirpath/last.ckpt` every `every_n_train_steps` training steps and after the last one,
+    so a kill at any moment loses at most that many steps, and a run stopped at `max_steps`
+    continues mid-epoch when resumed with more.
+
+    A step that a validation follows is saved once that validation is over: Lightning resumes
+    a checkpoint written at the end of such a step past the validation, which the
+    uninterrupted run did (and whose best checkpoint it may have kept). Saved after it, the
+    resumed run goes on with the next step, as the uninterrupted one does.
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int = 100):
+        if every_n_train_steps < 1:
+            raise ValueError(
+                "callbacks.last_checkpoint.every_n_train_steps must be at least 1, "
+                f"got {every_n_train_steps}"
+            )
+        self.path = Path(dirpath) / "last.ckpt"
+        self.every_n_train_steps = every_n_train_steps
+        self.saved_step: int | None = None  # the step of the state last.ckpt holds
+        self._after_validation: int | None = None  # a step to save once validated
+
+    def on_train_start(self, trainer: pl.Trainer, task) -> None:
+        self.saved_step = trainer.global_step  # where this fit starts from is saved already
+        if trainer.is_global_zero:  # the one process that writes checkpoints, not writing now
+            for leftover in remove_leftovers(self.path.parent):
+                log.info("removed %s, left by a run killed while writing it", leftover)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, task, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self.saved_step:  # accumulating gradients: no optimiser step yet
+            return
+        if step % self.every_n_train_steps and step != trainer.max_steps:
+            return
+        if validation_follows(trainer):
+            self._after_validation = step
+        else:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, task) -> None:
+        if not trainer.sanity_checking and self._after_validation == trainer.global_step:
+            self._save(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, task) -> None:
+        """Training stopped otherwise (`max_epochs`, early stopping): the final state."""
+        if self.saved_step != trainer.global_step:
+            self._save(trainer)
+
+    def _save(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.path, weights_only=False)
+        self.saved_step, self._after_validation = trainer.global_step, None
+
+
+def validation_follows(trainer: pl.Trainer) -> bool:
+    """Whether Lightning validates right after the training step that just ended: its own
+    decision (the fit loop takes it again after `on_train_batch_end`)."""
+    fit_loop = trainer.fit_loop
+    return fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher)
 
 
 class ResultFiles(pl.Callback):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 
@@ -18,6 +19,8 @@ from alignmt.objectives import MaximumLikelihood, Objective
 from alignmt.sampling import Schedule, TeacherForcing
 from alignmt.special_tokens import PAD_ID
 
+log = logging.getLogger(__name__)
+
 
 class TranslationTask(EvaluationModule):
     """Trains a `Seq2Seq` model on an objective (`objective`: token-level NLL by default, with
@@ -26,8 +29,9 @@ class TranslationTask(EvaluationModule):
     dashboards are callbacks' work.
 
     Checkpoints carry the vocabularies, the learnt tokenisers and the torch, numpy and Python
-    random states, so a resumed run draws the same dropout masks and sampling coins as an
-    uninterrupted one.
+    random states of every process, so a resumed run draws the same dropout masks and
+    sampling coins as an uninterrupted one (under DDP each process draws its own: its batches
+    differ in shape).
     """
 
     def __init__(
@@ -92,11 +96,29 @@ class TranslationTask(EvaluationModule):
             "target": translator.target_vocab.itos,
         }
         checkpoint["tokenizers"] = dm.tokenizer_state()  # learnt ones (SentencePiece), as bytes
-        checkpoint["random_state"] = random_state()
+        checkpoint["random_state"] = every_process(random_state())
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "random_state" in checkpoint and self.trainer.state.fn == TrainerFn.FITTING:
-            set_random_state(checkpoint["random_state"])
+            states = checkpoint["random_state"]
+            states = states if isinstance(states, list) else [states]  # one process's, as before
+            if len(states) != self.trainer.world_size:
+                log.warning(
+                    "the checkpoint holds the random states of %d processes, this run has %d: "
+                    "dropout and sampling draws will differ from those of an uninterrupted run",
+                    len(states),
+                    self.trainer.world_size,
+                )
+            set_random_state(states[self.global_rank % len(states)])
+
+
+def every_process(value) -> list:
+    """`value` of every process, by global rank (all of them must call this)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return [value]
+    gathered = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered
 
 
 def random_state() -> dict:

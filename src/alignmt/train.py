@@ -16,10 +16,11 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from alignmt.atomic import write_text
 from alignmt.build import build, finish_loggers
-from alignmt.callbacks import TrainingSpeed
+from alignmt.callbacks import LastCheckpoint, TrainingSpeed
 from alignmt.checkpoint import check_checkpoint, latest_checkpoint
 from alignmt.config import CONF_DIR
 from alignmt.console import print_run_summary, quiet_known_noise
@@ -32,10 +33,11 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict:
     """Runs one experiment and returns its metrics (also written to run_dir/metrics.json)."""
     run_dir = Path(cfg.run_dir)
+    resume = cfg.ckpt_path or latest_checkpoint(run_dir)  # re-running a run_dir continues it
+    resume = check_checkpoint(resume) if resume else None  # a bad file fails before any work
     write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     built = build(cfg)
     trainer = built.trainer()
-    resume = cfg.ckpt_path or latest_checkpoint(run_dir)  # re-running a run_dir continues it
     # With no checkpoint to resume from, Lightning looks for one itself and says so; we did.
     warnings.filterwarnings("ignore", message=r".*fit\(ckpt_path=(None|\"last\")\)")
     try:
@@ -43,12 +45,14 @@ def train(cfg: DictConfig) -> dict:
         trainer.fit(
             built.task,
             datamodule=built.datamodule,
-            ckpt_path=check_checkpoint(resume) if resume else None,
+            ckpt_path=resume,
             weights_only=True,
         )
         train_seconds = time.perf_counter() - started
-        # the final state, always; a full checkpoint (optimiser, loops) that resumes
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+        if not any(isinstance(c, LastCheckpoint) for c in trainer.callbacks):
+            # callbacks.last_checkpoint=null: the final state all the same (Lightning resumes
+            # a checkpoint written after fit with a new epoch)
+            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
         best = best_checkpoint(trainer)
         trainer.test(
             built.task,
@@ -83,7 +87,8 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _best_callback(trainer: pl.Trainer):
-    return next((c for c in trainer.checkpoint_callbacks if c.monitor), None)
+    chosen = (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint))
+    return next((c for c in chosen if c.monitor), None)
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -1,6 +1,7 @@
 """alignmt-translate: n-best lists, attention dumps, empty and over-long lines."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,3 +83,32 @@ def test_command_line_reads_stdin_and_writes_nbest_to_stdout(trained_run):
     )
     lines = result.stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in lines] == ["0", "0", "1"]
+
+
+def translate_stdin(trained_run, data: bytes) -> subprocess.CompletedProcess:
+    _, metrics = trained_run
+    return subprocess.run(
+        [sys.executable, "-m", "alignmt.translate", f"ckpt={metrics['best_checkpoint']}"],
+        input=data,
+        capture_output=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def test_empty_standard_input_prints_nothing(trained_run):
+    done = translate_stdin(trained_run, b"")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b""
+
+
+def test_a_line_that_is_not_utf8_is_translated_with_a_warning_naming_it(trained_run):
+    lines = [b"the dog sleeps", b"a cat \xff\xfe sleeps", b"every cat sees a dog"]
+    done = translate_stdin(trained_run, b"\n".join(lines) + b"\n")
+    assert done.returncode == 0, done.stderr.decode()
+    decoded = [line.decode("utf-8", errors="replace") for line in lines]
+    assert done.stdout.decode().splitlines() == translate_lines(
+        translate_config(trained_run), decoded
+    )
+    warnings = [line for line in done.stderr.decode().splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert "standard input line 2 is not valid UTF-8" in warnings[0] and "byte 6" in warnings[0]

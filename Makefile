@@ -1,29 +1,41 @@
 # Two entry points: `make quickstart` and `make test`. Both set up .venv from nothing.
 # torch is installed only when none is importable in the venv; TORCH_SPEC / TORCH_INDEX choose
 # the build (e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu for a CPU-only machine).
+# The quickstart installs the core only; the tests add the extras they exercise.
 VENV ?= .venv
 PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+TEST_EXTRAS ?= dev,sweeps,tensorboard
 BIN = $(VENV)/bin
+PIP = $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: install quickstart test lint clean
+.PHONY: install install-test quickstart test lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/activate pyproject.toml
+$(VENV)/.torch: $(BIN)/activate
 	$(BIN)/python -c "import torch" 2>/dev/null || \
-		$(BIN)/python -m pip install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -e ".[dev]"
+		$(PIP) $(TORCH_SPEC) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.torch pyproject.toml
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
 install: $(VENV)/.installed
 
+install-test: $(VENV)/.installed-test
+
 quickstart: install
 	$(BIN)/alignmt-train
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 

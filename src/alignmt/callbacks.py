@@ -16,9 +16,16 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Checkpoint
 
 from alignmt.atomic import remove_leftovers
-from alignmt.dashboards import has_dashboard, log_validation_samples
+from alignmt.dashboards import (
+    has_dashboard,
+    log_artifacts,
+    log_test_figures,
+    log_validation_samples,
+    summarise_best,
+)
 from alignmt.evaluation.results import spread_by_length, write_test_files
 from alignmt.plots import plot_attention
+from alignmt.report.sentences import SENTENCES_FILE, sentence_records, write_sentences
 
 log = logging.getLogger(__name__)
 
@@ -86,32 +93,79 @@ def validation_follows(trainer: pl.Trainer) -> bool:
 class ResultFiles(pl.Callback):
     """After testing: hypotheses.txt, bleu_by_length.{csv,png}, exposure.{csv,png}, attention
     heatmaps of `heatmaps` test sentences of increasing length (and of `heatmap_sentences`),
-    and the test metrics merged into metrics.json, in `out_dir` (on the main process)."""
+    every sentence with its attention in test_sentences.jsonl.gz (`sentences`: the report's
+    attention explorer reads it), and the test metrics merged into metrics.json, in `out_dir`
+    (on the main process)."""
 
-    def __init__(self, out_dir: str, heatmaps: int = 4, heatmap_sentences: Sequence[int] = ()):
+    def __init__(
+        self,
+        out_dir: str,
+        heatmaps: int = 4,
+        heatmap_sentences: Sequence[int] = (),
+        sentences: bool = True,
+    ):
         self.out_dir = Path(out_dir)
         self.heatmaps = heatmaps
         self.heatmap_sentences = list(heatmap_sentences)
+        self.sentences = sentences
 
     def on_test_end(self, trainer: pl.Trainer, task) -> None:
-        if trainer.is_global_zero and task.test_results is not None:
-            write_test_files(
-                self.out_dir,
+        if not trainer.is_global_zero or task.test_results is None:
+            return
+        evaluator, text = task.evaluator, task.evaluator.texts["test"]
+        write_test_files(
+            self.out_dir,
+            task.test_evaluation,
+            text,
+            task.test_results,
+            self.heatmaps,
+            self.heatmap_sentences,
+        )
+        if self.sentences:
+            translator = evaluator.translator
+            records = sentence_records(
                 task.test_evaluation,
-                task.evaluator.texts["test"],
-                task.test_results,
-                self.heatmaps,
-                self.heatmap_sentences,
+                text,
+                (translator.source_tokenizer, translator.target_tokenizer),
+                evaluator.alignment_unit,
             )
+            write_sentences(self.out_dir / SENTENCES_FILE, records)
 
 
 class Dashboards(pl.Callback):
-    """After each validation, `samples` translations of increasing length (source, reference,
-    hypothesis) with their heatmaps, to wandb and TensorBoard when either logs the run."""
+    """For wandb and TensorBoard, when either logs the run: after each validation, `samples`
+    translations of increasing length (source, reference, hypothesis) with their heatmaps;
+    after testing, the figures ResultFiles wrote (test heatmaps, BLEU by length, exposure;
+    so this callback comes after it), and for wandb the tested checkpoint and the test
+    outputs as artifacts (`artifacts`) and the best `val/bleu` as the run's summary."""
 
-    def __init__(self, out_dir: str, samples: int = 4):
+    def __init__(self, out_dir: str, samples: int = 4, artifacts: bool = True):
         self.out_dir = Path(out_dir)
         self.samples = samples
+        self.artifacts = artifacts
+
+    def on_fit_start(self, trainer: pl.Trainer, task) -> None:
+        if trainer.is_global_zero:
+            summarise_best(trainer.loggers)
+
+    def on_test_end(self, trainer: pl.Trainer, task) -> None:
+        if not trainer.is_global_zero or not has_dashboard(trainer.loggers):
+            return
+        out = self.out_dir
+        figures = {
+            f"test/attention/{int(p.stem.split('_')[1])}": p
+            for p in sorted((out / "attention").glob("test_*.png"))
+        }
+        for name in ("bleu_by_length", "exposure"):
+            if (out / f"{name}.png").is_file():
+                figures[f"test/{name}"] = out / f"{name}.png"
+        log_test_figures(trainer.loggers, trainer.global_step, figures)
+        if self.artifacts:
+            checkpoint = Path(trainer.ckpt_path) if trainer.ckpt_path else None
+            outputs = [
+                out / name for name in ("hypotheses.txt", SENTENCES_FILE, "bleu_by_length.csv")
+            ]
+            log_artifacts(trainer.loggers, checkpoint, outputs)
 
     def on_validation_end(self, trainer: pl.Trainer, task) -> None:
         evaluation = task.last_validation

@@ -23,7 +23,9 @@ from alignmt.build import build, finish_loggers
 from alignmt.callbacks import LastCheckpoint, TrainingSpeed
 from alignmt.checkpoint import check_checkpoint, latest_checkpoint
 from alignmt.config import CONF_DIR
+from alignmt.console import print_run_summary, quiet_known_noise
 from alignmt.evaluation.results import update_metrics_file
+from alignmt.report import run_report
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +74,15 @@ def train(cfg: DictConfig) -> dict:
     }
     if trainer.is_global_zero:
         update_metrics_file(run_dir / "metrics.json", metrics)
-        log.info("run directory: %s", run_dir)
         log.info(
-            "test BLEU %.2f  chrF %.2f  (%s)",
+            "test BLEU %.2f  chrF %.2f  (%s)  run directory: %s",
             metrics["test/bleu"],
             metrics["test/chrf"],
             metrics["bleu_signature"],
+            run_dir,
         )
+        report = run_report(run_dir)  # report.html: this run's tables, charts, explorer
+        print_run_summary(run_dir, metrics, built.task.test_results.by_length, report)
     return metrics
 
 
@@ -108,6 +112,7 @@ def training_speed(trainer: pl.Trainer) -> float | None:
 def main(cfg: DictConfig) -> float | None:
     """Returns `optimized_metric` for sweepers. In a multirun a failed job is recorded in its
     run directory (error.txt, no metrics.json) and the sweep goes on."""
+    quiet_known_noise()
     try:
         metrics = train(cfg)
     except Exception:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from alignmt.config import instantiate
-from alignmt.report import collect, find_runs
+from alignmt.report import collect, find_runs, report
 from tests.conftest import TINY_DATA, TINY_MODEL, compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +108,14 @@ def test_beam_size_sweep_over_an_evaluation(trained_run, tmp_path):
     rows = collect(find_runs([tmp_path]), ["decoding.beam_size"], ["test/bleu"])
     assert sorted(row["decoding.beam_size"] for row in rows) == [1, 3]
     assert all(row["status"] == "ok" for row in rows)
+    # the report's rows are what the sweep varied, and it draws BLEU against the beam size
+    table = report([tmp_path], tmp_path / "report")
+    assert list(table.columns[:2]) == ["decoding.beam_size", "runs"]
+    assert sorted(table["decoding.beam_size"]) == ["1", "3"]
+    page = (tmp_path / "report" / "report.html").read_text()
+    figures = json.loads(page.split('id="figures">', 1)[1].split("</script>", 1)[0])
+    (curve,) = figures["beam_size"]["data"]
+    assert curve["x"] == [1.0, 3.0]
+    assert curve["y"] == [
+        pytest.approx(r["test/bleu"]) for r in sorted(rows, key=lambda r: r["decoding.beam_size"])
+    ]

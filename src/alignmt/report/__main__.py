@@ -1,0 +1,3 @@
+from alignmt.report import main
+
+main()

@@ -42,5 +42,6 @@ def test_scheduled_sampling_and_coverage_train_and_log(compose_train, tmp_path):
     )
     ratios = logged(run_dir, "train/teacher_forcing_ratio")
     assert ratios == pytest.approx([0.9, 0.7])  # steps 1 and 3 (logged every 2): 1 - 0.1 i
-    assert all(value >= 0 for value in logged(run_dir, "train/coverage_loss"))
+    # Soft attention of an untrained model returns to every source word: overlap is positive.
+    assert all(value > 0 for value in logged(run_dir, "train/coverage_loss"))
     assert metrics["train_steps"] == 4 and "test/bleu" in metrics

@@ -1,6 +1,5 @@
 """The contract every attention variant in conf/model/attention/ keeps, and each one's maths."""
 
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -222,4 +221,3 @@ def test_luong_without_attention_and_with_copied_encoder_states():
 
 def test_luong_config_files_exist():
     assert (Path(CONF_DIR) / "model" / "luong.yaml").is_file()
-    assert partial  # imported for the factories above

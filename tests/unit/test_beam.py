@@ -1,4 +1,5 @@
-"""Beam search: against greedy, hand-computed penalties and an unbatched reference."""
+"""Beam search: hand-computed penalties, greedy search, batching, lengths and options. Exhaustive
+search and the search's own definition are the references of test_exhaustive_search.py."""
 
 import math
 
@@ -90,13 +91,21 @@ def test_length_penalty_ranks_by_log_probability_over_lp(alpha):
     beam = BeamSearch(beam_size=2, nbest=2, length_penalty=alpha)(
         PrefixModel(LENGTH_TABLE), src, lengths
     )[0]
-    # Finished: "a" (P = .55 * .5, 2 tokens with [EOS]) and "b c" (P = .45 * .9 * .6, 3 tokens).
-    short = math.log(0.55 * 0.5) / ((5 + 2) / 6) ** alpha
-    long = math.log(0.45 * 0.9 * 0.6) / ((5 + 3) / 6) ** alpha
-    expected = sorted([([A], short), ([B, C], long)], key=lambda h: -h[1])
-    assert [h.tokens for h in beam] == [tokens for tokens, _ in expected]
-    assert [h.score for h in beam] == pytest.approx([score for _, score in expected], abs=1e-6)
-    assert (expected[0][0] == [A]) == (alpha == 0.0)  # the penalty flips the ranking
+    # Live prefixes: "a", "b", then "b c", "a c", then "b c c"; their [EOS] extensions are the
+    # finished candidates (others have P < 1e-8): |Y| counts the [EOS].
+    candidates = {
+        (A,): (0.55 * 0.5, 2),
+        (B,): (0.45 * 0.1, 2),
+        (B, C): (0.45 * 0.9 * 0.6, 3),
+        (A, C): (0.55 * 0.3 * 1.0, 3),
+        (B, C, C): (0.45 * 0.9 * 0.4 * 1.0, 4),
+    }
+    scores = {y: math.log(p) / ((5 + n) / 6) ** alpha for y, (p, n) in candidates.items()}
+    expected = sorted(scores, key=lambda y: -scores[y])[:2]
+    assert [h.tokens for h in beam] == [list(y) for y in expected]
+    assert [h.score for h in beam] == pytest.approx([scores[y] for y in expected], abs=1e-6)
+    # The penalty changes the ranking: "a" first, then "b c" first, then "b c c" second.
+    assert expected == {0.0: [(A,), (B, C)], 1.0: [(B, C), (A,)], 2.0: [(B, C), (B, C, C)]}[alpha]
 
 
 def test_coverage_penalty_prefers_the_hypothesis_that_covers_the_source():
@@ -161,11 +170,11 @@ def random_sources(lengths, seed=1):
     return sources(*(torch.randint(4, 20, (n,), generator=generator).tolist() for n in lengths))
 
 
-def test_beam_size_one_is_greedy_search():
+def test_beam_size_one_with_early_stopping_is_greedy_search():
     model = random_model(seed=1)
     src, lengths = random_sources([7, 2, 12, 5, 1, 9])
     greedy = GreedySearch()(model, src, lengths)
-    beam = BeamSearch(beam_size=1)(model, src, lengths)
+    beam = BeamSearch(beam_size=1, stopping="early")(model, src, lengths)
     limits = max_output_lengths(lengths, 2.0, 10).tolist()
     assert len({len(g[0].tokens) for g in greedy}) > 2  # varied lengths, some before the limit
     assert any(len(g[0].tokens) < limit for g, limit in zip(greedy, limits, strict=True))
@@ -176,51 +185,57 @@ def test_beam_size_one_is_greedy_search():
 
 
 @torch.inference_mode()
-def reference_beam(model, source, beam_size, nbest, alpha, beta, limit):
-    """Beam search as written in papers: one sentence, one hypothesis at a time."""
-    src, lengths = sources(source)
+def best_ending_of_the_greedy_path(model, words, limit):
+    """The most probable [EOS] extension of the prefixes that always take the most probable
+    word other than [EOS], up to the limit."""
+    src, lengths = sources(words)
     memory, state = model.start(src, lengths)
-    live = [([], torch.tensor(0.0), [], state)]
-    finished = []
-    for t in range(limit + 1):
-        candidates = []
-        for tokens, log_p, attention, state in live:
-            prev = torch.tensor([tokens[-1] if tokens else BOS_ID])
-            logits, next_state, alpha_t = model.step(prev, memory, state)
-            log_probs = torch.log_softmax(logits.float(), dim=-1)[0]
-            log_probs[[PAD_ID, BOS_ID]] = -math.inf
-            if t == limit:
-                log_probs[torch.arange(len(log_probs)) != EOS_ID] = -math.inf
-            for word in range(len(log_probs)):
-                candidates.append(
-                    ([*tokens, word], log_p + log_probs[word], [*attention, alpha_t[0]], next_state)
-                )
-        candidates.sort(key=lambda c: -float(c[1]))
-        top = candidates[: 2 * beam_size]
-        for rank, (tokens, log_p, attention, _) in enumerate(top):
-            if tokens[-1] == EOS_ID and rank < beam_size and math.isfinite(log_p):
-                coverage = torch.stack(attention).float().sum(0).clamp(max=1).log().sum()
-                score = log_p / ((5 + len(tokens)) / 6) ** alpha + beta * coverage
-                finished.append((tokens[:-1], float(score)))
-        live = [c for c in top if c[0][-1] != EOS_ID][:beam_size]
-        if len(finished) >= beam_size:
-            break
-    return sorted(finished, key=lambda h: -h[1])[:nbest]
+    prev, log_p, path, best = torch.tensor([BOS_ID]), torch.tensor(0.0), [], None
+    for _ in range(limit + 1):
+        logits, state, _ = model.step(prev, memory, state)
+        log_probs = log_p + torch.log_softmax(logits.float(), dim=-1)[0]
+        if best is None or log_probs[EOS_ID] > best[1]:
+            best = (list(path), float(log_probs[EOS_ID]))
+        log_probs[[PAD_ID, BOS_ID, EOS_ID]] = -math.inf
+        prev = log_probs.argmax().view(1)
+        log_p = log_probs[prev[0]]
+        path.append(int(prev))
+    return best
 
 
-def test_batched_beam_search_equals_the_unbatched_reference():
-    model = random_model(seed=0, eos_bias=1.0).double()
-    words = [6, 1, 9, 3, 11]
-    src, lengths = random_sources(words, seed=4)
-    search = BeamSearch(beam_size=3, nbest=3, length_penalty=0.6, coverage_penalty=0.4)
-    batched = search(model, src, lengths)
+def test_beam_size_one_keeps_the_best_ending_of_the_greedy_path():
+    """With exact stopping one beam is not greedy search: every [EOS] extension of its prefix
+    counts, so it returns the most probable ending along the path, which greedy search can
+    step past (it stops at the first step where [EOS] is the most probable word)."""
+    model = random_model(seed=1)
+    src, lengths = random_sources([7, 2, 12, 5, 1, 9])
+    greedy = GreedySearch()(model, src, lengths)
+    beam = BeamSearch(beam_size=1)(model, src, lengths)
     limits = max_output_lengths(lengths, 2.0, 10).tolist()
+    for b in range(len(src)):
+        words = src[b, : lengths[b] - 1].tolist()
+        tokens, score = best_ending_of_the_greedy_path(model, words, limits[b])
+        assert beam[b][0].tokens == tokens and beam[b][0].score == pytest.approx(score)
+    assert all(b[0].score >= g[0].score - 1e-6 for b, g in zip(beam, greedy, strict=True))
+    assert any(b[0].score > g[0].score + 1e-3 for b, g in zip(beam, greedy, strict=True))
+
+
+@pytest.mark.parametrize("stopping", ["exact", "early"])
+def test_a_batch_decodes_each_sentence_as_if_alone(stopping):
+    """Sentences stop at different steps; those still running must not change the others."""
+    model = random_model(seed=0, eos_bias=1.0).double()
+    src, lengths = random_sources([6, 1, 9, 3, 11], seed=4)
+    search = BeamSearch(
+        beam_size=4, nbest=3, length_penalty=0.6, coverage_penalty=0.4, stopping=stopping
+    )
+    batched = search(model, src, lengths)
     assert len({len(h.tokens) for nbest in batched for h in nbest}) > 3
     for b, nbest in enumerate(batched):
-        source = src[b, : lengths[b] - 1].tolist()
-        expected = reference_beam(model, source, 3, 3, 0.6, 0.4, limits[b])
-        assert [h.tokens for h in nbest] == [tokens for tokens, _ in expected]
-        assert [h.score for h in nbest] == pytest.approx([s for _, s in expected], abs=1e-4)
+        alone = search(model, src[b : b + 1, : lengths[b]], lengths[b : b + 1])[0]
+        assert [h.tokens for h in nbest] == [h.tokens for h in alone]
+        assert [h.score for h in nbest] == pytest.approx([h.score for h in alone], rel=1e-9)
+        for h, a in zip(nbest, alone, strict=True):
+            torch.testing.assert_close(h.attention, a.attention)
 
 
 def test_nbest_lists_are_sorted_with_one_attention_row_per_output_word():
@@ -235,6 +250,30 @@ def test_nbest_lists_are_sorted_with_one_attention_row_per_output_word():
             torch.testing.assert_close(h.attention.sum(1), torch.ones(len(h.tokens) + 1))
 
 
+@torch.inference_mode()
+def test_scores_and_attention_are_the_models_along_each_output():
+    """Teacher forcing each returned output through the model gives back its attention and,
+    through GNMT's definition, its score."""
+    alpha, beta = 0.6, 0.4
+    model = random_model(seed=5, eos_bias=1.0)
+    src, lengths = random_sources([4, 8, 3, 12])
+    search = BeamSearch(beam_size=6, nbest=4, length_penalty=alpha, coverage_penalty=beta)
+    decoded = search(model, src, lengths)
+    assert len({len(h.tokens) for nbest in decoded for h in nbest}) > 3
+    for b, nbest in enumerate(decoded):
+        source, n = src[b : b + 1, : lengths[b]], int(lengths[b])
+        for h in nbest:
+            tgt_in = torch.tensor([[BOS_ID, *h.tokens]])
+            out = model(source, lengths[b : b + 1], tgt_in)
+            log_probs = torch.log_softmax(out.logits[0].float(), dim=-1)
+            log_p = log_probs.gather(1, torch.tensor([[*h.tokens, EOS_ID]]).T).sum()
+            attention = out.attention[0, :, :n]
+            cp = attention.sum(0).clamp(max=1).log().sum()
+            score = log_p / ((5 + len(h.tokens) + 1) / 6) ** alpha + beta * cp
+            torch.testing.assert_close(h.attention, attention, rtol=1e-4, atol=1e-5)
+            assert h.score == pytest.approx(float(score), abs=1e-3)
+
+
 @pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
 def test_forbid_unk_never_outputs_unk(search):
     model = random_model(seed=2, unk_bias=6.0)
@@ -246,14 +285,65 @@ def test_forbid_unk_never_outputs_unk(search):
 
 
 @pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
-def test_outputs_stop_at_the_length_limit(search):
-    model = random_model(seed=2, eos_bias=-50.0)  # never ends by itself
+def test_forbid_unk_can_be_asked_for_by_one_call(search):
+    model = random_model(seed=2, unk_bias=6.0)
+    src, lengths = random_sources([5, 9])
+    shared = search()
+    for forbid in (True, False):
+        once = shared(model, src, lengths, forbid_unk=forbid)
+        always = search(forbid_unk=forbid)(model, src, lengths)
+        assert [[h.tokens for h in n] for n in once] == [[h.tokens for h in n] for n in always]
+    assert shared.forbid_unk is False  # the search object is left as it was
+    allowed = shared(model, src, lengths)
+    assert any(UNK_ID in h.tokens for nbest in allowed for h in nbest)
+
+
+@pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
+def test_outputs_never_run_past_the_length_limit(search):
+    """A minimum length beyond every cap forbids [EOS] until the cap, which still stops."""
+    model = random_model(seed=2)
     src, lengths = random_sources([3, 9, 6])
-    decoded = search(max_length_ratio=0.5, max_length_offset=2)(model, src, lengths)
+    decoded = search(max_length_ratio=0.5, max_length_offset=2, min_length=100)(model, src, lengths)
     limits = [math.ceil(0.5 * (n - 1) + 2) for n in lengths.tolist()]
     assert [len(nbest[0].tokens) for nbest in decoded] == limits
+
+
+@pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
+def test_min_length_equal_to_max_length_fixes_every_output_length(search):
+    """The fixed cap replaces the relative one: these sources alone would allow 16, 28 and 12."""
+    model = random_model(seed=2, eos_bias=3.0)  # [EOS] is likely at every step
+    src, lengths = random_sources([3, 9, 1])
+    decoded = search(min_length=30, max_length=30)(model, src, lengths)
+    assert [len(nbest[0].tokens) for nbest in decoded] == [30, 30, 30]
+
+
+@pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
+def test_min_length_forbids_eos_before_that_many_words(search):
+    """From the table: "a" would end (P = .5); with 2 words at least, "a c" ends instead."""
+    table = {A: {(): {A: 0.9, B: 0.1}, (A,): {EOS_ID: 0.5, C: 0.3, B: 0.2}}}
+    src, lengths = sources([A])
+    kwargs = {} if search is GreedySearch else {"beam_size": 2}
+    best = search(min_length=2, **kwargs)(PrefixModel(table), src, lengths)[0][0]
+    assert best.tokens == [A, C]
+    assert best.score == pytest.approx(math.log(0.9 * 0.3 * 1.0), abs=1e-6)
+    assert search(**kwargs)(PrefixModel(table), src, lengths)[0][0].tokens == [A]
 
 
 def test_nbest_larger_than_the_beam_is_refused():
     with pytest.raises(ValueError, match="nbest"):
         BeamSearch(beam_size=2, nbest=3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"length_penalty": -0.5}, "penalties"),
+        ({"coverage_penalty": -0.1}, "penalties"),
+        ({"stopping": "never"}, "stopping"),
+        ({"min_length": -1}, "min_length"),
+        ({"max_length": 0}, "max_length"),
+    ],
+)
+def test_invalid_options_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BeamSearch(**kwargs)

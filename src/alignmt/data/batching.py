@@ -247,16 +247,7 @@ class LengthBucketSampler(Sampler[list[int]]):
     def load_state_dict(self, state: dict) -> None:
         """The checkpoint's seed and place, unless Lightning has already announced a later epoch
         (a checkpoint written at the end of an epoch)."""
-        different = [
-            f"{key} {state.get(key)!r} in the checkpoint, {value!r} now"
-            for key, value in self._layout().items()
-            if state.get(key) != value
-        ]
-        if different:
-            raise ValueError(
-                "cannot resume the training batches: " + "; ".join(different) + ". Resume with "
-                "the data settings and number of processes the checkpoint was trained with"
-            )
+        check_layout(state, self._layout(), "the training batches")
         self.seed = state["seed"]
         if (state["epoch"], state["next_batch"]) > (self.epoch, self._next):
             self.epoch, self._next = state["epoch"], state["next_batch"]
@@ -388,3 +379,18 @@ def _batch_ends(lengths, start, end, max_tokens) -> np.ndarray:
         fits = lengths[mid] * (mid - start + 1) <= max_tokens
         lo = np.where(open_ & fits, mid + 1, lo)
         hi = np.where(open_ & ~fits, mid, hi)
+
+
+def check_layout(saved: dict, current: dict, what: str) -> None:
+    """A checkpoint's place in the data order only means something for the same layout (data
+    settings, number of processes and workers): refuse another one, naming what differs."""
+    different = [
+        f"{key} {saved.get(key)!r} in the checkpoint, {value!r} now"
+        for key, value in current.items()
+        if saved.get(key) != value
+    ]
+    if different:
+        raise ValueError(
+            f"cannot resume {what}: " + "; ".join(different) + ". Resume with the data "
+            "settings, number of processes and data.num_workers the checkpoint was trained with"
+        )

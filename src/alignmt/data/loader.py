@@ -24,18 +24,23 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def evaluation_loader(
-    pairs: EncodedPairs, sampler: LengthBucketSampler, seed: int, num_workers: int = 0
-) -> DataLoader:
-    return DataLoader(
-        PairBatches(pairs),
+def _batches_of(pairs: EncodedPairs, sampler: LengthBucketSampler, seed: int, workers: int):
+    """DataLoader arguments for whole batches of `pairs` in the order `sampler` gives."""
+    return dict(
+        dataset=PairBatches(pairs),
         sampler=sampler,
         batch_size=None,
         collate_fn=_unchanged,
-        num_workers=num_workers,
-        persistent_workers=num_workers > 0,
+        num_workers=workers,
+        persistent_workers=workers > 0,
         generator=_generator(seed),
     )
+
+
+def evaluation_loader(
+    pairs: EncodedPairs, sampler: LengthBucketSampler, seed: int, num_workers: int = 0
+) -> DataLoader:
+    return DataLoader(**_batches_of(pairs, sampler, seed, num_workers))
 
 
 class ResumableLoader(DataLoader):
@@ -68,15 +73,7 @@ class ResumableLoader(DataLoader):
             )
             self.order = data
         else:
-            super().__init__(
-                PairBatches(data),
-                sampler=sampler,
-                batch_size=None,
-                collate_fn=_unchanged,
-                num_workers=num_workers,
-                persistent_workers=num_workers > 0,
-                generator=_generator(seed),
-            )
+            super().__init__(**_batches_of(data, sampler, seed, num_workers))
             self.order = sampler
         self.trained = trained
         self._last_taken = None  # its position, until it is known to be trained on

@@ -25,7 +25,7 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import IterableDataset, get_worker_info
 
-from alignmt.data.batching import Batch, EncodedPairs, LengthBucketSampler, collate
+from alignmt.data.batching import Batch, EncodedPairs, LengthBucketSampler, check_layout, collate
 from alignmt.data.encoding import trainable
 
 SHUFFLE_BUFFER = 10_000
@@ -120,16 +120,7 @@ class StreamedBatches(IterableDataset):
         return {"seed": self.seed, "ranks": ranks, **self._layout()}
 
     def load_state_dict(self, state: dict) -> None:
-        different = [
-            f"{key} {state.get(key)!r} in the checkpoint, {value!r} now"
-            for key, value in self._layout().items()
-            if state.get(key) != value
-        ]
-        if different:
-            raise ValueError(
-                "cannot resume the streamed training batches: " + "; ".join(different) + ". "
-                "Resume with the data settings, processes and data.num_workers of the checkpoint"
-            )
+        check_layout(state, self._layout(), "the streamed training batches")
         mine = state["ranks"][self.rank]
         self.seed = state["seed"]
         self.places = {int(worker): tuple(place) for worker, place in mine["places"].items()}

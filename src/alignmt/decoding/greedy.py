@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from alignmt.decoding.hypothesis import Hypothesis, banned_tokens, max_output_lengths
+from alignmt.decoding.hypothesis import (
+    Hypothesis,
+    banned_tokens,
+    check_lengths,
+    constrain,
+    max_output_lengths,
+)
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 class GreedySearch:
-    """Picks the most probable word at every step. A sentence stops at [EOS] or at
-    `max_length_ratio * source length + max_length_offset` words; finished sentences leave the
-    active batch so the remaining steps run on fewer rows. [PAD] and [BOS] are never generated,
-    nor [UNK] with `forbid_unk` (the paper's "No UNK" evaluation)."""
+    """Picks the most probable word at every step. A sentence stops at [EOS] or at its cap:
+    `max_length` words when given, else `max_length_ratio * source words + max_length_offset`.
+    [EOS] is not chosen before `min_length` words (unless the cap comes first); min_length =
+    max_length fixes every output's length. Finished sentences leave the active batch so the
+    remaining steps run on fewer rows. [PAD] and [BOS] are never generated, nor [UNK] with
+    `forbid_unk` (the paper's "No UNK" evaluation), which a call can also ask for alone."""
 
     # An output without [UNK] is also what the search gives with [UNK] forbidden.
     unk_free_outputs_are_final = True
 
     def __init__(
-        self, max_length_ratio: float = 2.0, max_length_offset: int = 10, forbid_unk: bool = False
+        self,
+        max_length_ratio: float = 2.0,
+        max_length_offset: int = 10,
+        max_length: int | None = None,
+        min_length: int = 0,
+        forbid_unk: bool = False,
     ):
+        check_lengths(min_length, max_length)
         self.max_length_ratio = max_length_ratio
         self.max_length_offset = max_length_offset
+        self.max_length = max_length
+        self.min_length = min_length
         self.forbid_unk = forbid_unk
 
     @torch.inference_mode()
@@ -40,8 +54,9 @@ class GreedySearch:
         device = src.device
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
         memory, state = model.start(src, src_lengths)
-        limits = max_output_lengths(src_lengths, self.max_length_ratio, self.max_length_offset)
-        limits = limits.to(device)
+        limits = max_output_lengths(
+            src_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
+        ).to(device)
         T = int(limits.max()) + 1  # + [EOS]
         tokens = torch.full((B, T), PAD_ID, dtype=torch.long, device=device)
         attention = torch.zeros(B, T, S, device=device) if model.has_attention else None
@@ -50,10 +65,12 @@ class GreedySearch:
         prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         for t in range(T):
             logits, state, alpha = model.step(prev, memory, state)
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
-            log_probs[:, banned] = -math.inf
+            caps = limits[active]
+            log_probs = constrain(
+                torch.log_softmax(logits.float(), dim=-1), t, caps, self.min_length, banned
+            )
             best = log_probs.argmax(dim=-1)
-            best = torch.where(limits[active] <= t, torch.full_like(best, EOS_ID), best)
+            best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
             tokens[active, t] = best
             scores[active] += log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
             if attention is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,12 +39,42 @@ class Hypothesis:
         return out
 
 
-def max_output_lengths(src_lengths: torch.Tensor, ratio: float, offset: int) -> torch.Tensor:
-    """Per-sentence cap on output words: ratio * source words + offset (at least 1)."""
+def max_output_lengths(
+    src_lengths: torch.Tensor, ratio: float, offset: int, max_length: int | None = None
+) -> torch.Tensor:
+    """Per-sentence cap on output words: `max_length` for every sentence when given (a length
+    fixed in advance, whatever the source), else ratio * source words + offset (at least 1)."""
+    if max_length is not None:
+        return torch.full(src_lengths.shape, max_length, dtype=torch.long)
     words = src_lengths.cpu().double() - 1  # source lengths count the final [EOS]
     return (words * ratio + offset).ceil().clamp(min=1).long()
+
+
+def check_lengths(min_length: int, max_length: int | None) -> None:
+    """Refuses length options no output could meet (a cap of 0 words leaves only [EOS])."""
+    if min_length < 0:
+        raise ValueError(f"min_length must be at least 0, got {min_length}")
+    if max_length is not None and max_length < 1:
+        raise ValueError(f"max_length must be at least 1 or None, got {max_length}")
 
 
 def banned_tokens(forbid_unk: bool) -> list[int]:
     """Ids a search never outputs: [PAD] and [BOS], which are not words, and [UNK] if asked."""
     return [PAD_ID, BOS_ID, UNK_ID] if forbid_unk else [PAD_ID, BOS_ID]
+
+
+def constrain(
+    log_probs: torch.Tensor, step: int, caps: torch.Tensor, min_length: int, banned: list[int]
+) -> torch.Tensor:
+    """Rules out, in place, what output position `step` (0-based) may not hold: the banned ids;
+    [EOS] before `min_length` words; every word but [EOS] once a row reaches its cap `caps` [rows],
+    where [EOS] is allowed even before `min_length`, so the cap always wins."""
+    log_probs[:, banned] = -math.inf
+    at_cap = caps <= step
+    if step < min_length:
+        log_probs[:, EOS_ID].masked_fill_(~at_cap, -math.inf)
+    if bool(at_cap.any()):
+        words = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
+        words[EOS_ID] = False
+        log_probs.masked_fill_(at_cap.unsqueeze(1) & words, -math.inf)
+    return log_probs

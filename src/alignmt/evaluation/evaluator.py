@@ -119,12 +119,14 @@ class Evaluator:
         return evaluation
 
     def validation_metrics(self, evaluation: Evaluation) -> dict[str, float]:
-        """val/loss (per reference token), val/ppl and val/bleu (sacrebleu, detokenised)."""
+        """val/loss (per reference token, [EOS] included), val/ppl, val/nll_per_sentence (the
+        unit of Bahdanau et al.'s Table 2) and val/bleu (sacrebleu, detokenised)."""
         hypotheses = [s.translation.text for s in evaluation.sentences]
         references = list(self.texts[evaluation.split].targets)
         return {
             "val/loss": evaluation.loss,
             "val/ppl": math.exp(min(evaluation.loss, 100)),
+            "val/nll_per_sentence": evaluation.nll / len(evaluation.sentences),
             "val/bleu": corpus_scores(hypotheses, references)["bleu"],
         }
 

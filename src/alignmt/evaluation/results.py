@@ -108,6 +108,7 @@ def test_results(
         "test/chrf": scores["chrf"],
         "test/loss": evaluation.loss,
         "test/ppl": math.exp(min(evaluation.loss, 100)),
+        "test/nll_per_sentence": evaluation.nll / len(outputs),
         **{
             f"test/{bucket_metric_key(r['lo'], r['hi'])}": r["bleu"]
             for r in rows

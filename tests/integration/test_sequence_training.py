@@ -64,5 +64,5 @@ def test_init_from_names_itself_when_the_model_does_not_fit(compose_train, mle_c
 
 
 def test_coverage_loss_needs_an_objective_that_scores_the_reference(compose_train):
-    with pytest.raises(ValueError, match="coverage_loss_weight.*objective=mle"):
+    with pytest.raises(ValueError, match=r"coverage_loss_weight.*objective=mle"):
         build(compose_train("objective=mrt", "task.coverage_loss_weight=1.0"))

@@ -9,7 +9,8 @@ set that gives:
   * the share of empty outputs, and of outputs that hit the length cap (truncated: the search
     allowed only [EOS] there);
   * the search-error rate: the share of sentences whose reference scores higher than the
-    output, among those whose reference the search could have returned (no longer than the cap);
+    output, among those whose reference the search could have returned (within its length
+    limits, and without [UNK] where it forbids [UNK]);
   * between two beam sizes, the share of sentences where the larger beam's output scores
     higher yet has a lower sentence BLEU than the smaller's: more search, worse translation.
 
@@ -30,7 +31,7 @@ import torch
 
 from alignmt.atomic import replacing
 from alignmt.data.batching import Batch
-from alignmt.decoding.hypothesis import max_output_lengths
+from alignmt.decoding.hypothesis import banned_tokens, max_output_lengths
 from alignmt.evaluation.bleu import corpus_bleu
 from alignmt.evaluation.rewards import SentenceBLEU
 from alignmt.special_tokens import PAD_ID
@@ -48,13 +49,9 @@ class SearchOutcome:
     output_score: float  # the search's ranking score of its output
     reference_words: int
     reference_score: float  # the same score of the reference
+    reachable: bool  # whether the search could have returned the reference
     equals_reference: bool
     sentence_bleu: float  # of the output, 0..100
-
-    @property
-    def reachable(self) -> bool:
-        """Whether the search could have returned the reference."""
-        return self.reference_words <= self.cap
 
     @property
     def search_error(self) -> bool:
@@ -110,6 +107,7 @@ class Reference(NamedTuple):
     ids: tuple[int, ...]  # words, without [EOS]
     score: float  # under the search's ranking score
     cap: int  # most words the search allows for this sentence
+    reachable: bool  # within the search's lengths and without a word it never writes
 
 
 @torch.no_grad()
@@ -131,18 +129,22 @@ def reference_scores(model, search, batches: Iterable[Batch]) -> dict[int, Refer
             if forced.attention is not None:
                 coverage = (forced.attention.float() * real.unsqueeze(2)).sum(1)
             lengths = real.sum(1)
-            scores = search.ranking_score(log_p, lengths, coverage, batch.src_lengths).tolist()
+            src_lengths = batch.src_lengths.to(log_p.device)
+            scores = search.ranking_score(log_p, lengths, coverage, src_lengths).tolist()
             caps = max_output_lengths(
                 batch.src_lengths,
                 search.max_length_ratio,
                 search.max_length_offset,
                 search.max_length,
             ).tolist()
+            never = set(banned_tokens(search.forbid_unk))
             rows = zip(
                 batch.indices.tolist(), batch.tgt_out.tolist(), lengths.tolist(), strict=True
             )
             for b, (i, ids, n) in enumerate(rows):
-                out[i] = Reference(tuple(ids[: n - 1]), scores[b], caps[b])
+                words = tuple(ids[: n - 1])
+                reachable = search.min_length <= len(words) <= caps[b] and not never & set(words)
+                out[i] = Reference(words, scores[b], caps[b], reachable)
     finally:
         model.train(training)
     return out
@@ -167,6 +169,7 @@ def search_outcomes(
                 output_score=float(t.score),
                 reference_words=len(reference.ids),
                 reference_score=reference.score,
+                reachable=reference.reachable,
                 equals_reference=tuple(t.ids) == reference.ids,
                 sentence_bleu=100 * sentence_bleu,
             )
@@ -174,7 +177,7 @@ def search_outcomes(
     return outcomes
 
 
-CSV_NAME = "search.csv"
+SEARCH_CSV = "search.csv"  # per-sentence outcomes in an evaluation's run directory
 
 
 def write_outcomes(path: str | Path, outcomes: Sequence[SearchOutcome]) -> None:

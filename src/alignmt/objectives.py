@@ -135,7 +135,7 @@ class MIXER(Objective):
         reward,
         delta_start: int = 2,
         delta_increment: int = 2,
-        increment_every: int = 200,
+        increment_every: int = 100,
         max_length_ratio: float = 2.0,
         max_length_offset: int = 10,
     ):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from alignmt.decoding.hypothesis import banned_tokens
-from alignmt.models.seq2seq import Seq2Seq
+from alignmt.models.seq2seq import Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -35,6 +35,17 @@ class Rollout:
         return self.mask & ~self.forced
 
 
+def draw(scores: torch.Tensor, at_cap: torch.Tensor) -> torch.Tensor:
+    """One token per row from log-probabilities `scores` [N, V]: never [PAD] or [BOS], only
+    [EOS] where `at_cap`."""
+    allowed = scores.detach().clone()
+    allowed[:, banned_tokens(forbid_unk=False)] = -math.inf
+    only_eos = torch.full_like(allowed[0], -math.inf)
+    only_eos[EOS_ID] = 0.0
+    allowed[at_cap] = only_eos
+    return torch.multinomial(allowed.exp(), 1).squeeze(1)
+
+
 def rollout(
     model: Seq2Seq,
     src: torch.Tensor,
@@ -46,42 +57,41 @@ def rollout(
     """`reference` [B, T_ref] (y_1 .. y_n [EOS], padded); `keep` [B]: reference tokens fed
     before sampling starts (at most the reference's length); `caps` [B]: words allowed before
     [EOS] is forced on sampled steps (`decoding.hypothesis.max_output_lengths`, the searches'
-    rule). Never draws [PAD] or [BOS]."""
-    device = src.device
+    rule). Never draws [PAD] or [BOS]. Finished sentences leave the batch, as in greedy search."""
+    B, device = src.size(0), src.device
     memory, state = model.start(src, src_lengths)
     keep, caps = keep.to(device), caps.to(device)
-    steps = int(torch.maximum(keep, caps).max()) + 1
-    prev = torch.full((src.size(0),), BOS_ID, dtype=torch.long, device=device)
-    alive = torch.ones(src.size(0), dtype=torch.bool, device=device)
-    banned = banned_tokens(forbid_unk=False)
-    tokens, log_probs, features, forced, mask = [], [], [], [], []
-    for t in range(steps):
+    active = torch.arange(B, device=device)  # the rows still writing
+    prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+    columns: list[tuple] = []  # per step: rows, tokens, log-probs, features, forced
+    for t in range(int(torch.maximum(keep, caps).max()) + 1):
         feature, state, _ = model.decoder.step(prev, memory, state)
         scores = torch.log_softmax(model.decoder.readout(feature).float(), dim=-1)
-        allowed = scores.detach().clone()
-        allowed[:, banned] = -math.inf
-        at_cap = t >= caps
-        allowed[at_cap] = torch.where(
-            torch.arange(allowed.size(1), device=device) == EOS_ID, 0.0, -math.inf
-        )
-        drawn = torch.multinomial(allowed.exp(), 1).squeeze(1)
-        is_forced = t < keep
-        fed = reference[:, t] if t < reference.size(1) else drawn  # keep <= reference length
-        token = torch.where(is_forced, fed, drawn)
-        token = token.masked_fill(~alive, PAD_ID)
-        tokens.append(token)
-        log_probs.append(scores.gather(1, token.unsqueeze(1)).squeeze(1))
-        features.append(feature)
-        forced.append(is_forced & alive)
-        mask.append(alive)
-        alive = alive & (token != EOS_ID)
-        if not bool(alive.any()):
-            break
-        prev = token.masked_fill(~alive, EOS_ID)  # finished rows run on, unread
-    return Rollout(
-        torch.stack(tokens, 1),
-        torch.stack(log_probs, 1),
-        torch.stack(features, 1),
-        torch.stack(forced, 1),
-        torch.stack(mask, 1),
-    )
+        drawn = draw(scores, t >= caps[active])
+        forced = t < keep[active]
+        fed = reference[active, t] if t < reference.size(1) else drawn  # keep <= its length
+        token = torch.where(forced, fed, drawn)
+        columns.append((active, token, scores.gather(1, token.unsqueeze(1)).squeeze(1)))
+        columns[-1] += (feature, forced)
+        running = token != EOS_ID
+        if not bool(running.all()):
+            if not bool(running.any()):
+                break
+            rows = running.nonzero().squeeze(1)
+            active, token = active[rows], token[rows]
+            memory, state = memory.index_select(rows), reorder_state(state, rows)
+        prev = token
+    return assemble(columns, B)
+
+
+def assemble(columns: list[tuple], B: int) -> Rollout:
+    """The per-step values of the rows still writing, as [B, T] tensors ([PAD] after [EOS])."""
+    tokens, log_probs, features, forced, mask = [], [], [], [], []
+    for rows, token, log_p, feature, is_forced in columns:
+        index = (rows,)
+        tokens.append(token.new_full((B,), PAD_ID).index_put(index, token))
+        log_probs.append(log_p.new_zeros(B).index_put(index, log_p))
+        features.append(feature.new_zeros(B, feature.size(1)).index_put(index, feature))
+        forced.append(is_forced.new_zeros(B).index_put(index, is_forced))
+        mask.append(torch.zeros(B, dtype=torch.bool, device=rows.device).index_fill(0, rows, True))
+    return Rollout(*(torch.stack(x, 1) for x in (tokens, log_probs, features, forced, mask)))

@@ -28,7 +28,7 @@ def test_mixer_loss_is_cross_entropy_then_reinforce_per_token():
     run = Rollout(torch.zeros(1, 3), log_probs, torch.zeros(1, 3, 1), forced, torch.ones(1, 3) > 0)
     loss, logs = mixer_loss(run, torch.tensor([0.8]), baselines)
     # (0.5 - (0.8 - 0.3)(-1.0) - (0.8 - 0.6)(-2.0)) / 3 + ((0.3 - 0.8)^2 + (0.6 - 0.8)^2) / 2
-    assert float(loss) == pytest.approx((0.5 + 0.5 + 0.4) / 3 + (0.25 + 0.04) / 2)
+    assert float(loss.detach()) == pytest.approx((0.5 + 0.5 + 0.4) / 3 + (0.25 + 0.04) / 2)
     loss.backward()
     # d/d log p: -1/3 on the fed token, -(r - b_t)/3 on the drawn ones (the REINFORCE weight).
     torch.testing.assert_close(log_probs.grad, torch.tensor([[-1 / 3, -0.5 / 3, -0.2 / 3]]))
@@ -129,6 +129,13 @@ def test_mixer_feeds_all_but_the_last_delta_reference_tokens(built, monkeypatch)
         assert torch.equal(run.tokens[b, :k], reference[b, :k])
         drawn = run.tokens[b][run.sampled[b]].tolist()
         assert drawn[-1] == EOS_ID and not {PAD_ID, BOS_ID} & set(drawn)
+    # Rows leave the batch as they finish: each row's log-probabilities are still its own.
+    outputs = [words_of(row) for row in run.tokens.tolist()]
+    with torch.no_grad():
+        tgt = padded_sequences(outputs, batch.src.device)
+        forced = sequence_log_probs(done.task.model, batch.src, batch.src_lengths, *tgt)
+    drawn_sums = (run.log_probs * run.mask).sum(1).detach()
+    torch.testing.assert_close(drawn_sums, forced, atol=1e-3, rtol=1e-4)
 
 
 def test_mrt_candidate_sets_are_distinct_draws_and_the_reference(built):

@@ -62,9 +62,15 @@ def build(cfg: DictConfig) -> Built:
     """Seeds, prepares the data (vocabularies fix the model's sizes), builds the rest."""
     pl.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
+    initial = None
+    if cfg.get("init_from"):
+        initial = read_checkpoint(cfg.init_from)
+        set_checkpoint_vocabularies(datamodule, initial)
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_model(cfg.model, datamodule)
+    if initial is not None:
+        load_model_weights(model, initial, f"init_from={cfg.init_from}")
     translator = build_translator(cfg, model, cfg.decoding, datamodule)
     make_task = instantiate(cfg.task, _partial_=True)
     task = make_task(
@@ -84,24 +90,48 @@ def restore(
     """The checkpoint's model, data module and translator. `decoding` replaces the search it
     was trained with; `options` holds `unk_replace`, `unk_dictionary` (and, for translation,
     `nbest`), as in conf/evaluate.yaml and conf/translate.yaml."""
-    checkpoint = load_checkpoint_file(path)
-    try:
-        config = OmegaConf.create(checkpoint["hyper_parameters"]["config"])
-        vocabularies = checkpoint["vocabularies"]
-    except KeyError as e:
-        raise ValueError(f"{path} is not an alignmt checkpoint (no {e} entry)") from None
+    checkpoint = read_checkpoint(path)
+    config = OmegaConf.create(checkpoint["hyper_parameters"]["config"])
     datamodule = instantiate(config.data, seed=config.seed)
+    set_checkpoint_vocabularies(datamodule, checkpoint)
+    model = build_model(config.model, datamodule)
+    load_model_weights(model, checkpoint, str(path))
+    model.eval()
+    translator = build_translator(options or config, model, decoding or config.decoding, datamodule)
+    return Restored(config, datamodule, model, translator)
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """An alignmt checkpoint's contents (read with `weights_only=True`)."""
+    checkpoint = load_checkpoint_file(path)
+    for key in ("hyper_parameters", "vocabularies", "state_dict"):
+        if key not in checkpoint:
+            raise ValueError(f"{path} is not an alignmt checkpoint (no {key!r} entry)")
+    return checkpoint
+
+
+def set_checkpoint_vocabularies(datamodule: TranslationDataModule, checkpoint: dict) -> None:
+    """The checkpoint's vocabularies and learnt tokenisers, in place of fitting them."""
+    vocabularies = checkpoint["vocabularies"]
     datamodule.set_vocabularies(
         Vocabulary(vocabularies["source"]), Vocabulary(vocabularies["target"])
     )
     datamodule.load_tokenizer_state(checkpoint.get("tokenizers", {}))
-    model = build_model(config.model, datamodule)
+
+
+def load_model_weights(model: Seq2Seq, checkpoint: dict, origin: str) -> None:
+    """The checkpoint's model weights (its task's `model.` entries); `origin` names where the
+    checkpoint comes from in an error."""
     prefix = "model."
     state = checkpoint["state_dict"]
-    model.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-    model.eval()
-    translator = build_translator(options or config, model, decoding or config.decoding, datamodule)
-    return Restored(config, datamodule, model, translator)
+    weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise ValueError(
+            f"{origin}: its weights do not fit the model this config builds; the model "
+            f"settings must be the checkpoint's ({e})"
+        ) from None
 
 
 def evaluator(translator: Translator, datamodule: TranslationDataModule) -> Evaluator:

@@ -4,6 +4,11 @@ Writes to `run_dir`: metrics.json (BLEU and chrF with their signatures, BLEU on 
 "No UNK" subset and its size, perplexity, BLEU per source-length bucket, alignment error rate,
 decoding sentences/s and output tokens/s), hypotheses.txt, bleu_by_length.{csv,png} and
 attention heatmaps (`heatmaps` chosen by length, plus the test sentences `heatmap_sentences`).
+
+Two studies are options: `search_scores=true` sets each output against the reference under the
+beam's own ranking score (search errors, truncated and empty outputs: test/search/..., and
+search.csv per sentence; `sweep=beam_curse`), `prefix_dependence=true` runs the
+prefix-dependence probe (test/prefix_dependence/...).
 """
 
 from __future__ import annotations
@@ -16,11 +21,19 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from alignmt.atomic import write_text
-from alignmt.build import evaluator, restore
+from alignmt.build import Restored, evaluator, restore
 from alignmt.callbacks import ResultFiles
 from alignmt.config import CONF_DIR, instantiate
 from alignmt.evaluation.module import EvaluationModule
+from alignmt.evaluation.prefix_dependence import prefix_dependence_over
 from alignmt.evaluation.results import update_metrics_file
+from alignmt.evaluation.search import (
+    SEARCH_CSV,
+    reference_scores,
+    search_metrics,
+    search_outcomes,
+    write_outcomes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +46,11 @@ def evaluate(cfg: DictConfig) -> dict:
     module = EvaluationModule(restored.model, evaluator(restored.translator, restored.datamodule))
     files = ResultFiles(str(run_dir), cfg.heatmaps, list(cfg.heatmap_sentences))
     trainer = instantiate(cfg.trainer, logger=False, callbacks=[files], enable_checkpointing=False)
+    check_studies(cfg, restored, trainer.world_size)
     trainer.test(module, datamodule=restored.datamodule, verbose=False)
     results = module.test_results
     metrics = {**results.metrics, **results.details, "checkpoint": str(cfg.ckpt)}
+    metrics.update(study_metrics(cfg, run_dir, module.test_evaluation, restored))
     if trainer.is_global_zero:
         update_metrics_file(run_dir / "metrics.json", metrics)
     log.info(
@@ -47,6 +62,36 @@ def evaluate(cfg: DictConfig) -> dict:
         metrics["test/decode_sentences_per_sec"],
         run_dir,
     )
+    return metrics
+
+
+def check_studies(cfg: DictConfig, restored: Restored, world_size: int) -> None:
+    """The studies' options need one process and, for search scores, a ranking score."""
+    if not (cfg.get("search_scores") or cfg.get("prefix_dependence")):
+        return
+    if world_size > 1:
+        raise ValueError("search_scores and prefix_dependence run in one process: trainer=cpu")
+    if cfg.get("search_scores") and not hasattr(restored.translator.search, "ranking_score"):
+        raise ValueError(
+            "search_scores=true scores references by the beam's ranking score: decoding=beam "
+            "(decoding.beam_size=1 decoding.stopping=early is greedy search)"
+        )
+
+
+def study_metrics(cfg: DictConfig, run_dir: Path, evaluation, restored: Restored) -> dict:
+    """`search_scores`: the search against the references (search.csv, test/search/...);
+    `prefix_dependence`: the prefix-dependence probe (test/prefix_dependence/...)."""
+    metrics = {}
+    test_batches = restored.datamodule.test_dataloader
+    if cfg.get("search_scores"):
+        references = reference_scores(restored.model, restored.translator.search, test_batches())
+        texts = restored.datamodule.text["test"].targets
+        outcomes = search_outcomes(evaluation, references, texts)
+        write_outcomes(run_dir / SEARCH_CSV, outcomes)
+        metrics.update({f"test/search/{k}": v for k, v in search_metrics(outcomes).items()})
+    if cfg.get("prefix_dependence"):
+        summary = prefix_dependence_over(restored.model, test_batches()).summary()
+        metrics.update({f"test/prefix_dependence/{k}": v for k, v in summary.items()})
     return metrics
 
 

@@ -55,8 +55,15 @@ class TranslationTask(EvaluationModule):
         self.scheduler_interval = lr_scheduler_interval
         self.scheduler_monitor = lr_scheduler_monitor
         self.objective = objective or MaximumLikelihood()
+        self.objective.attach(model)
         self.sampling = sampling or TeacherForcing()
         self.coverage_loss_weight = coverage_loss_weight
+        if coverage_loss_weight and not self.objective.scores_reference:
+            raise ValueError(
+                "task.coverage_loss_weight reads the attention of a teacher-forced pass over "
+                f"the reference, which {type(self.objective).__name__} does not make: "
+                "use it with objective=mle"
+            )
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())

@@ -28,6 +28,7 @@ from alignmt.evaluation.by_length import (
     write_bleu_by_length_csv,
 )
 from alignmt.evaluation.exposure import ExposureCurves, exposure_curves
+from alignmt.evaluation.search import length_ratio
 from alignmt.evaluation.source_coverage import source_coverage_errors
 from alignmt.plots import plot_attention, plot_bleu_by_length, plot_exposure
 from alignmt.translator import Translation
@@ -106,6 +107,7 @@ def test_results(
     metrics = {
         "test/bleu": scores["bleu"],
         "test/chrf": scores["chrf"],
+        "test/length_ratio": length_ratio(hypotheses, references),
         "test/loss": evaluation.loss,
         "test/ppl": math.exp(min(evaluation.loss, 100)),
         "test/nll_per_sentence": evaluation.nll / len(outputs),

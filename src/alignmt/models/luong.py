@@ -164,6 +164,7 @@ class Luong(Seq2Seq):
         coverage: Callable[..., Coverage] | None = None,
         dropout: float = 0.0,
         init: str = "default",
+        copy: Callable[..., Decoder] | None = None,
     ):
         encoder_hidden = hidden_size // 2 if bidirectional_encoder else hidden_size
         encoder = RNNEncoder(
@@ -191,5 +192,7 @@ class Luong(Seq2Seq):
             input_feeding=input_feeding,
             dropout=dropout,
         )
+        if copy is not None:  # the pointer-generator's switch reads h~_t
+            decoder = copy(decoder=decoder, feature_size=hidden_size, vocab_size=tgt_vocab_size)
         super().__init__(encoder, decoder)
         initialise(self, init)

@@ -52,15 +52,17 @@ def with_copy_ids(batch: Batch, sentences: Sequence[CopyIds]) -> Batch:
     """`batch` with its copy ids (`src_copy`, `tgt_copy`, `extended_words`), padded as its ids."""
     src_copy = torch.full_like(batch.src, PAD_ID, device="cpu")
     tgt_copy = torch.full_like(batch.tgt_out, PAD_ID, device="cpu")
+    target_lengths = (batch.tgt_out != PAD_ID).sum(1).tolist()
     for row, ids in enumerate(sentences):
-        if len(ids.source) != int(batch.src_lengths[row]):
+        lengths = (len(ids.source), len(ids.target))
+        if lengths != (int(batch.src_lengths[row]), target_lengths[row]):
             raise ValueError(
-                f"copy ids of {len(ids.source)} source tokens for a sentence of "
-                f"{int(batch.src_lengths[row])}: they must come from the tokens it was encoded from"
+                f"copy ids of {lengths[0]} source and {lengths[1]} target tokens for a pair of "
+                f"{int(batch.src_lengths[row])} and {target_lengths[row]} (with [EOS]): they "
+                "must come from the tokens the pair was encoded from"
             )
         src_copy[row, : len(ids.source)] = torch.tensor(ids.source)
-        if len(ids.target) > 1:  # a sentence to translate has no target
-            tgt_copy[row, : len(ids.target)] = torch.tensor(ids.target)
+        tgt_copy[row, : len(ids.target)] = torch.tensor(ids.target)  # [EOS] alone if no target
     return replace(
         batch,
         src_copy=src_copy.to(batch.src.device),

@@ -146,6 +146,7 @@ class Luong(Seq2Seq):
     variant (`model/attention`: dot, general, concat, location, local_m, local_p;
     `~model/attention` for none), optional input feeding and source reversal. A bidirectional
     encoder has hidden_size / 2 units per direction, so annotations match the decoder size.
+    `copy` (model/copy=pointer_generator) wraps the decoder in a pointer-generator.
     Paper: 4 layers of 1000 LSTM units, embeddings 1000, dropout 0.2, uniform init in
     [-0.1, 0.1] (`init: uniform`)."""
 

@@ -111,7 +111,8 @@ class RNNSearchDecoder(Decoder):
 
 class RNNSearch(Seq2Seq):
     """Bidirectional GRU encoder + RNNsearch decoder. Paper sizes: 620 / 1000 / 1000 / 500 / 1000
-    (embedding / encoder / decoder / maxout / attention)."""
+    (embedding / encoder / decoder / maxout / attention). `copy` (model/copy=pointer_generator)
+    wraps the decoder in a pointer-generator."""
 
     def __init__(
         self,

@@ -51,10 +51,10 @@ class MaximumLikelihood(Objective):
 
     def forward(self, task, batch):
         feed = task.sampling.feed(task.global_step)
-        out = task.model(batch.src, batch.src_lengths, batch.tgt_in, feed)
+        out = task.model(batch.src, batch.src_lengths, batch.tgt_in, feed, batch.src_copy)
         loss = token_cross_entropy(
             out.logits.flatten(0, 1).float(),
-            batch.tgt_out.flatten(),
+            batch.output_targets.flatten(),  # extended ids where the model copies
             ignore_index=PAD_ID,
             label_smoothing=self.label_smoothing,
         )

@@ -13,6 +13,12 @@ from pytorch_lightning.trainer.states import TrainerFn
 from alignmt.data.batching import Batch
 from alignmt.evaluation.evaluator import Evaluator
 from alignmt.evaluation.module import EvaluationModule
+from alignmt.models.attention.hard import (
+    reinforce_estimators,
+    reinforce_loss,
+    sentence_log_likelihood,
+)
+from alignmt.models.attention.supervision import alignment_loss
 from alignmt.models.coverage import coverage_loss
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.objectives import MaximumLikelihood, Objective
@@ -24,7 +30,10 @@ log = logging.getLogger(__name__)
 
 class TranslationTask(EvaluationModule):
     """Trains a `Seq2Seq` model on an objective (`objective`: token-level NLL by default, with
-    scheduled sampling if configured) plus, optionally, See et al.'s coverage loss. Validation
+    scheduled sampling if configured) plus the attention terms: optionally See et al.'s
+    coverage loss and supervised attention (`alignment_loss_weight`, against the gold
+    alignments the training batches then carry), and the REINFORCE term of every choice the
+    model samples (hard attention), rewarded with each sentence's log-likelihood. Validation
     and test are `EvaluationModule`'s (the best checkpoint is chosen on `val/bleu`); files and
     dashboards are callbacks' work.
 
@@ -45,6 +54,7 @@ class TranslationTask(EvaluationModule):
         objective: Objective | None = None,
         sampling: Schedule | None = None,
         coverage_loss_weight: float = 0.0,
+        alignment_loss_weight: float = 0.0,
         run_config: dict | None = None,
     ):
         super().__init__(model, evaluator)
@@ -58,12 +68,23 @@ class TranslationTask(EvaluationModule):
         self.objective.attach(model)
         self.sampling = sampling or TeacherForcing()
         self.coverage_loss_weight = coverage_loss_weight
-        if coverage_loss_weight and not self.objective.scores_reference:
-            raise ValueError(
-                "task.coverage_loss_weight reads the attention of a teacher-forced pass over "
-                f"the reference, which {type(self.objective).__name__} does not make: "
-                "use it with objective=mle"
-            )
+        self.alignment_loss_weight = alignment_loss_weight
+        self.estimators = reinforce_estimators(model)
+        terms = {
+            "task.coverage_loss_weight": coverage_loss_weight,
+            "task.alignment_loss_weight": alignment_loss_weight,
+            "a sampled attention's REINFORCE term": self.estimators,
+        }
+        for name, used in terms.items():
+            if used and not self.objective.scores_reference:
+                raise ValueError(
+                    f"{name} reads the attention of a teacher-forced pass over the reference, "
+                    f"which {type(self.objective).__name__} does not make: use objective=mle"
+                )
+
+    def setup(self, stage: str) -> None:
+        if self.alignment_loss_weight and stage == "fit":
+            self.trainer.datamodule.carry_gold_alignments()
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
@@ -79,12 +100,10 @@ class TranslationTask(EvaluationModule):
     # -------------------------------------------------------------- training
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         loss, out, logs = self.objective(self, batch)
-        for name, value in logs.items():
+        terms, term_logs = self.attention_terms(batch, out)
+        for name, value in {**logs, **term_logs}.items():
             self.log(f"train/{name}", value, batch_size=len(batch))
-        if self.coverage_loss_weight:
-            overlap = coverage_loss(out.attention, batch.tgt_out != PAD_ID)
-            self.log("train/coverage_loss", overlap, batch_size=len(batch))
-            loss = loss + self.coverage_loss_weight * overlap
+        loss = loss + terms
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"training loss is {loss.item()} at step {self.global_step}: lower optim.lr, "
@@ -94,6 +113,30 @@ class TranslationTask(EvaluationModule):
         self.log("train/teacher_forcing_ratio", ratio, batch_size=len(batch))
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
+
+    def attention_terms(self, batch: Batch, out) -> tuple[torch.Tensor, dict]:
+        """What the task adds to the objective's loss for the attention, and its logs."""
+        total, logs = torch.zeros((), device=batch.src.device), {}
+        if out is None:  # a sequence-level objective (the constructor refused the terms)
+            return total, logs
+        mask = batch.tgt_out != PAD_ID
+        if self.coverage_loss_weight:
+            logs["coverage_loss"] = coverage_loss(out.attention, mask)
+            total = total + self.coverage_loss_weight * logs["coverage_loss"]
+        if self.alignment_loss_weight:
+            if batch.alignment is None:
+                raise ValueError(
+                    "task.alignment_loss_weight needs training batches with gold alignments "
+                    "(the data module adds them when the task is set up for fitting)"
+                )
+            logs["alignment_loss"] = alignment_loss(out.attention, batch.alignment, mask)
+            total = total + self.alignment_loss_weight * logs["alignment_loss"]
+        if self.estimators:
+            reward = sentence_log_likelihood(out.logits, batch.output_targets)
+            score_function, reinforce_logs = reinforce_loss(self.estimators, reward, mask)
+            logs.update(reinforce_logs)
+            total = total + score_function
+        return total, logs
 
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:

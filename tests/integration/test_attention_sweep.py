@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from omegaconf import OmegaConf
+
 from alignmt.config import CONF_DIR
 from alignmt.report import report
 
@@ -40,10 +42,11 @@ def test_multirun_over_all_attention_variants(cache_dir, tmp_path):
     for run in runs:
         metrics = json.loads((run / "metrics.json").read_text())
         assert metrics["train_steps"] == 3 and "test/bleu" in metrics
-        seen.add((run / "config.yaml").read_text().split("attention:\n")[1].split("\n")[0])
+        seen.add(OmegaConf.to_yaml(OmegaConf.load(run / "config.yaml").model.attention))
     assert len(seen) == len(VARIANTS)  # one run directory per variant
     label = ["model._target_", "model.attention._target_"]  # curves named by two keys
-    table = report([sweep], tmp_path / "report", ["model.attention._target_"], ["test/bleu"], label)
+    keys = ["model.attention._target_", "model.attention.estimator"]  # hard: two estimators
+    table = report([sweep], tmp_path / "report", keys, ["test/bleu"], label)
     assert len(table) == len(VARIANTS)
     header = (tmp_path / "report" / "runs.csv").read_text().splitlines()[0]
     assert "model._target_" in header.split(",")

@@ -14,6 +14,7 @@ from alignmt.models.attention import (
     LocalPredictiveAttention,
     LocationAttention,
 )
+from alignmt.models.attention.hard import reinforce_estimators, reinforce_loss
 from alignmt.special_tokens import PAD_ID
 from tests.conftest import compose_config
 
@@ -62,7 +63,12 @@ def test_attention_contract(name):
     else:
         assert torch.all(totals <= 1 + 1e-6) and torch.all(totals > 0)
     torch.testing.assert_close(context, torch.bmm(weights, values))
-    (context * torch.randn_like(context)).sum().backward()
+    loss = (context * torch.randn_like(context)).sum()
+    estimators = reinforce_estimators(attention)  # sampled choices learn from a reward
+    if estimators:
+        rewards = torch.tensor([-1.0, -2.0, -4.0])
+        loss = loss + reinforce_loss(estimators, rewards, torch.ones(3, 5, dtype=torch.bool))[0]
+    loss.backward()
     assert queries.grad.abs().sum() > 0
     for param_name, param in attention.named_parameters():
         assert param.grad is not None and param.grad.abs().sum() > 0, param_name

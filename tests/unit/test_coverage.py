@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from alignmt.config import CONF_DIR, instantiate
+from alignmt.models.attention.hard import reinforce_estimators, reinforce_loss
 from alignmt.models.coverage import LinguisticCoverage, coverage_loss
 from alignmt.models.seq2seq import reorder_state
 from alignmt.special_tokens import PAD_ID
@@ -58,7 +59,14 @@ def test_coverage_composes_with_every_attention_variant(family, attention, cover
     assert torch.all(weights.masked_select(~(src != PAD_ID).unsqueeze(1).expand_as(weights)) == 0)
     model.train()
     target = torch.roll(tgt_in, -1, 1)
-    loss = F.cross_entropy(model(src, lengths, tgt_in).logits.flatten(0, 1), target.flatten())
+    per_token = F.cross_entropy(
+        model(src, lengths, tgt_in).logits.flatten(0, 1), target.flatten(), reduction="none"
+    ).view(target.shape)
+    loss = per_token.mean()
+    estimators = reinforce_estimators(model)  # hard attention learns through its samples
+    if estimators:
+        mask = torch.ones_like(target, dtype=torch.bool)
+        loss = loss + reinforce_loss(estimators, -per_token.sum(1), mask)[0]
     loss.backward()
     coverage_params = [p for n, p in model.named_parameters() if "coverage" in n]
     assert coverage_params and all(p.grad is not None for p in coverage_params)

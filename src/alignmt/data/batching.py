@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -16,7 +16,11 @@ from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 class Batch:
     """Padded tensors of one batch. `indices` point back into the split, to restore order;
     `position` says where a training batch stands in its loader's order (None otherwise), so
-    that a checkpoint can record how far training has got."""
+    that a checkpoint can record how far training has got.
+
+    Where a model or a loss asks for them (`alignmt.data.annotations`), a batch also carries
+    its gold alignment links and its ids in the extended target vocabulary of a copying model
+    (the target vocabulary, then one id per distinct source word outside it, per sentence)."""
 
     src: torch.Tensor  # [B, S] source ids ending in [EOS]
     src_lengths: torch.Tensor  # [B] (on CPU, as packing wants)
@@ -24,6 +28,10 @@ class Batch:
     tgt_out: torch.Tensor  # [B, T] y_1 .. y_n [EOS]  (prediction targets)
     indices: torch.Tensor  # [B]
     position: tuple | None = None
+    alignment: torch.Tensor | None = None  # [B, T, S] 1 where tgt_out[t] links to src[s]
+    src_copy: torch.Tensor | None = None  # [B, S] each source token's extended target id
+    tgt_copy: torch.Tensor | None = None  # [B, T] tgt_out, copyable unknown words extended
+    extended_words: list[list[str]] | None = None  # per sentence, the words of ids V, V+1, ..
 
     def __len__(self) -> int:
         return self.src.size(0)
@@ -32,28 +40,38 @@ class Batch:
     def num_target_tokens(self) -> int:
         return int((self.tgt_out != PAD_ID).sum())
 
+    @property
+    def output_targets(self) -> torch.Tensor:
+        """What the model predicts, in its output vocabulary: extended ids where it copies."""
+        return self.tgt_out if self.tgt_copy is None else self.tgt_copy
+
     def to(self, device: torch.device | str) -> Batch:
         """The same batch on `device` (lengths and indices stay on the CPU, as packing wants)."""
-        return Batch(
-            self.src.to(device),
-            self.src_lengths,
-            self.tgt_in.to(device),
-            self.tgt_out.to(device),
-            self.indices,
-            self.position,
-        )
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("src", "tgt_in", "tgt_out", "alignment", "src_copy", "tgt_copy")
+            if getattr(self, name) is not None
+        }
+        return replace(self, **moved)
 
     def select(self, rows: list[int]) -> Batch:
         """The batch of these rows only, its source padding cut to the longest of them."""
         index = torch.tensor(rows, dtype=torch.long)
         lengths = self.src_lengths[index]
         on = index.to(self.src.device)
+        width = int(lengths.max())
         return Batch(
-            self.src[on, : int(lengths.max())],
+            self.src[on, :width],
             lengths,
             self.tgt_in[on],
             self.tgt_out[on],
             self.indices[index],
+            alignment=None if self.alignment is None else self.alignment[on, :, :width],
+            src_copy=None if self.src_copy is None else self.src_copy[on, :width],
+            tgt_copy=None if self.tgt_copy is None else self.tgt_copy[on],
+            extended_words=None
+            if self.extended_words is None
+            else [self.extended_words[r] for r in rows],
         )
 
 
@@ -100,7 +118,11 @@ class EncodedPairs(Dataset):
     """Id sequences of one split; item i is (i, source ids + [EOS], target ids).
 
     `index`, if given, keeps only those pairs (the length filter), in that order.
+    `annotate`, if set, adds what a model or a loss needs beside the ids to every batch
+    built from these pairs (`alignmt.data.annotations`).
     """
+
+    annotate: Callable[[Batch], Batch] | None = None
 
     def __init__(
         self,
@@ -171,6 +193,8 @@ class PairBatches(Dataset):
     def __getitem__(self, indices: BatchIndices) -> Batch:
         batch = collate([self.pairs[i] for i in indices])
         batch.position = getattr(indices, "position", None)
+        if self.pairs.annotate is not None:
+            batch = self.pairs.annotate(batch)
         return batch
 
 

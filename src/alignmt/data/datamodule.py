@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from alignmt.atomic import write_text
 from alignmt.data import encoding
+from alignmt.data.annotations import BatchAnnotations
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler
 from alignmt.data.cache_lock import filling
 from alignmt.data.corpus import ParallelText
@@ -50,6 +51,11 @@ class TranslationDataModule(pl.LightningDataModule):
     place in the data order, counted in the batches training has taken (this module's
     `on_after_batch_transfer` reports each one), so a resumed run trains on the batches an
     uninterrupted one would have.
+
+    Batches can carry more than ids (`alignmt.data.annotations`): `copy_ids` adds every split's
+    ids in a copying model's extended vocabulary (set by `model/copy=pointer_generator`), and
+    `carry_gold_alignments()` (asked by a training task that supervises attention) adds the
+    training pairs' gold alignment links.
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class TranslationDataModule(pl.LightningDataModule):
         num_proc: int | None = None,
         stream_sample_size: int = 1_000_000,
         alignment_unit: str = "words",
+        copy_ids: bool = False,
     ):
         super().__init__()
         self.corpus = corpus
@@ -90,10 +97,13 @@ class TranslationDataModule(pl.LightningDataModule):
         self.num_proc = num_proc
         self.stream_sample_size = stream_sample_size
         self.alignment_unit = alignment_unit  # what gold alignments index: words or tokens
+        self.copy_ids = copy_ids
+        self.gold_alignments = False
         self.source_vocab: Vocabulary | None = None
         self.target_vocab: Vocabulary | None = None
         self.text: dict[str, ParallelText] = {}
         self.pairs: dict[str, EncodedPairs] = {}
+        self.tokens: dict[str, datasets.Dataset] = {}  # tokenised splits, for annotations
         self.train_stream = None  # a datasets.IterableDataset when the corpus streams training
         self._train_loader: ResumableLoader | None = None
 
@@ -177,6 +187,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 desc=f"encoding {split}",
             )
             self.pairs[split] = EncodedPairs.from_arrow(encoded, keep.get(split))
+            self.tokens[split] = tokenized
             self.text[split] = self._kept_text(texts[split], keep.get(split))
 
     def _check_stream_budget(self) -> None:
@@ -312,6 +323,26 @@ class TranslationDataModule(pl.LightningDataModule):
             vocabularies.append(Vocabulary.from_counts(+counts, size, self.min_freq))
         return vocabularies
 
+    # ------------------------------------------------------------ annotations
+    def carry_gold_alignments(self) -> None:
+        """Training batches will carry their pairs' gold alignment links (`Batch.alignment`)."""
+        self.gold_alignments = True
+
+    def _annotations(self, split: str, train: bool) -> BatchAnnotations | None:
+        gold = train and self.gold_alignments
+        if not (gold or self.copy_ids):
+            return None
+        return BatchAnnotations(
+            self.tokens[split],
+            self.pairs[split].index,
+            self.text[split],
+            self.target_vocab,
+            (self.source_tokenizer, self.target_tokenizer),
+            self.alignment_unit,
+            gold=gold,
+            copy=self.copy_ids,
+        )
+
     # ------------------------------------------------------------ dataloaders
     def _world(self) -> tuple[int, int]:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -321,6 +352,11 @@ class TranslationDataModule(pl.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         world_size, rank = self._world()
         if train and self.train_stream is not None:
+            if self.gold_alignments or self.copy_ids:
+                raise ValueError(
+                    "gold alignments and copy ids (task.alignment_loss_weight, "
+                    "model/copy=pointer_generator) need training data read whole, not streamed"
+                )
             encoder = PairEncoder(
                 self.source_tokenizer,
                 self.target_tokenizer,
@@ -346,6 +382,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 trained=self._trained_on_last_taken,
             )
         pairs = self.pairs[split]
+        pairs.annotate = self._annotations(split, train)
         sampler = LengthBucketSampler(
             pairs.lengths(),
             batch_size=self.batch_size if train else self.eval_batch_size,

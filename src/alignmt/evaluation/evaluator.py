@@ -44,11 +44,11 @@ class Evaluator:
     @torch.no_grad()
     def add(self, batch: Batch, split: str, detailed: bool = False) -> None:
         model = self.translator.model
-        forced = model(batch.src, batch.src_lengths, batch.tgt_in)
+        forced = model(batch.src, batch.src_lengths, batch.tgt_in, src_copy=batch.src_copy)
         self._nll += float(
             F.cross_entropy(
                 forced.logits.flatten(0, 1).float(),
-                batch.tgt_out.flatten(),
+                batch.output_targets.flatten(),  # extended ids where the model copies
                 ignore_index=PAD_ID,
                 reduction="sum",
             )
@@ -74,7 +74,7 @@ class Evaluator:
     def _add_details(self, results, batch: Batch, forced, words) -> None:
         for row, translation in self._decode_no_unk(batch, results, words).items():
             results[row].no_unk = translation
-        references = batch.tgt_out.tolist()
+        references = batch.output_targets.tolist()
         predicted = forced.logits.argmax(-1).tolist()
         ref_lengths = (batch.tgt_out != PAD_ID).sum(1).tolist()
         src_lengths = batch.src_lengths.tolist()

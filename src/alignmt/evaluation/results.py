@@ -20,6 +20,7 @@ from alignmt.evaluation.alignment import (
     parse_gold,
     word_attention,
 )
+from alignmt.evaluation.attention_stats import attention_statistics
 from alignmt.evaluation.bleu import corpus_scores
 from alignmt.evaluation.by_length import (
     bleu_by_length,
@@ -128,6 +129,8 @@ def test_results(
     if outputs[0].translation.attention is not None:  # source words skipped or repeated
         attention = (o.translation.attention[:-1, :-1] for o in outputs)
         metrics.update({f"test/{k}": v for k, v in source_coverage_errors(attention).items()})
+        diagnostics = attention_statistics(o.translation.attention for o in outputs)
+        metrics.update({f"test/{k}": v for k, v in diagnostics.items()})
     metrics.update(_decoding_speed(evaluation))
     if text.alignments is not None and outputs[0].forced_attention is not None:
         metrics.update(_alignment_errors(outputs, text, tokenizers, alignment_unit))
@@ -141,6 +144,12 @@ def test_results(
     }
     if exposure is not None and exposure.note:
         details["exposure_note"] = exposure.note
+    if metrics.get("test/attention_degenerate"):
+        details["attention_note"] = (
+            "attention looks degenerate: most steps near uniform, or most sentences attending "
+            "one position throughout (test/attention_uniform_steps, "
+            "test/attention_collapsed_sentences)"
+        )
     return TestResults(metrics, details, rows, exposure)
 
 

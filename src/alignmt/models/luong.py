@@ -183,6 +183,7 @@ class Luong(Seq2Seq):
     variant (`model/attention`: dot, general, concat, location, local_m, local_p;
     `~model/attention` for none), optional input feeding and source reversal. A bidirectional
     encoder has hidden_size / 2 units per direction, so annotations match the decoder size.
+    `copy` (model/copy=pointer_generator) wraps the decoder in a pointer-generator.
     Paper: 4 layers of 1000 LSTM units, embeddings 1000, dropout 0.2, uniform init in
     [-0.1, 0.1] (`init: uniform`)."""
 
@@ -201,6 +202,7 @@ class Luong(Seq2Seq):
         coverage: Callable[..., Coverage] | None = None,
         dropout: float = 0.0,
         init: str = "default",
+        copy: Callable[..., Decoder] | None = None,
     ):
         encoder_hidden = hidden_size // 2 if bidirectional_encoder else hidden_size
         encoder = RNNEncoder(
@@ -228,5 +230,7 @@ class Luong(Seq2Seq):
             input_feeding=input_feeding,
             dropout=dropout,
         )
+        if copy is not None:  # the pointer-generator's switch reads h~_t
+            decoder = copy(decoder=decoder, feature_size=hidden_size, vocab_size=tgt_vocab_size)
         super().__init__(encoder, decoder)
         initialise(self, init)

@@ -113,7 +113,8 @@ class RNNSearchDecoder(Decoder):
 
 class RNNSearch(Seq2Seq):
     """Bidirectional GRU encoder + RNNsearch decoder. Paper sizes: 620 / 1000 / 1000 / 500 / 1000
-    (embedding / encoder / decoder / maxout / attention)."""
+    (embedding / encoder / decoder / maxout / attention). `copy` (model/copy=pointer_generator)
+    wraps the decoder in a pointer-generator."""
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class RNNSearch(Seq2Seq):
         coverage: Callable[..., Coverage] | None = None,
         dropout: float = 0.0,
         init: str = "default",
+        copy: Callable[..., Decoder] | None = None,
     ):
         encoder = RNNEncoder(src_vocab_size, embedding_dim, encoder_hidden_size, bidirectional=True)
         attention = (attention or AdditiveAttention)(
@@ -141,5 +143,8 @@ class RNNSearch(Seq2Seq):
             with_coverage(attention, coverage),
             dropout=dropout,
         )
+        if copy is not None:  # the pointer-generator's switch reads [s_{i-1}; E y_{i-1}; c_i]
+            features = decoder_hidden_size + embedding_dim + encoder.output_size
+            decoder = copy(decoder=decoder, feature_size=features, vocab_size=tgt_vocab_size)
         super().__init__(encoder, decoder)
         initialise(self, init)

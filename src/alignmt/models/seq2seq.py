@@ -51,9 +51,13 @@ class Decoder(nn.Module):
     Teacher forcing, scheduled sampling, greedy and beam search all run `step`. A decoder may
     declare a faster teacher-forcing path (`teacher_forced`) that computes the same function;
     the tests prove each one equal to the step path.
+
+    A decoder that `copies_source` (the pointer-generator, `alignmt.models.copy`) starts from
+    the encoder output and each source token's id in the batch's extended target vocabulary.
     """
 
     has_attention = False
+    copies_source = False
 
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         raise NotImplementedError
@@ -123,8 +127,23 @@ class Seq2Seq(nn.Module):
     def has_attention(self) -> bool:
         return self.decoder.has_attention
 
-    def start(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
-        return self.decoder.start(self.encoder(src, src_lengths))
+    @property
+    def copies_source(self) -> bool:
+        return self.decoder.copies_source
+
+    def start(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, src_copy: torch.Tensor | None = None
+    ) -> tuple[Memory, DecoderState]:
+        """`src_copy` [B, S]: the source tokens' extended target ids, for a copying decoder."""
+        encoded = self.encoder(src, src_lengths)
+        if self.copies_source:
+            return self.decoder.start(encoded, src_copy)
+        if src_copy is not None:
+            raise ValueError(
+                "the batches carry copy ids (data.copy_ids=true) but the model does not copy: "
+                "model/copy=pointer_generator, or data.copy_ids=false"
+            )
+        return self.decoder.start(encoded)
 
     def forward(
         self,
@@ -132,8 +151,9 @@ class Seq2Seq(nn.Module):
         src_lengths: torch.Tensor,
         tgt_in: torch.Tensor,
         feed: Feed | None = None,
+        src_copy: torch.Tensor | None = None,
     ) -> DecoderOutput:
-        memory, state = self.start(src, src_lengths)
+        memory, state = self.start(src, src_lengths, src_copy)
         return self.decoder(tgt_in, memory, state, feed)
 
     def step(

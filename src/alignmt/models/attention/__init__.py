@@ -1,5 +1,6 @@
 from alignmt.models.attention.additive import AdditiveAttention, ConcatAttention
 from alignmt.models.attention.base import Attention, AttentionState, masked_softmax
+from alignmt.models.attention.hard import HardAttention
 from alignmt.models.attention.local import (
     LocalAttention,
     LocalMonotonicAttention,
@@ -15,6 +16,7 @@ __all__ = [
     "ConcatAttention",
     "DotAttention",
     "GeneralAttention",
+    "HardAttention",
     "LocalAttention",
     "LocalMonotonicAttention",
     "LocalPredictiveAttention",

@@ -5,10 +5,12 @@ same test sentences: paired bootstrap resampling (Koehn 2004) and approximate ra
 Both resample sacrebleu's per-sentence sufficient statistics with sacrebleu's draws (a seeded
 `numpy.random.default_rng`: `choice` for the bootstrap, `integers(2)` for randomisation, the
 same draws for every metric), so a seed gives sacrebleu's resamples. One departure: a
-resampled difference *as large as* the observed one counts against A, where sacrebleu counts
-only larger ones. For two identical systems sacrebleu therefore gives p = 1/(n + 1), the
-smallest p it can give; here p = 1, the probability of a difference of at least zero. Where no
-resample ties the observed difference exactly, the two agree.
+resampled difference *as large as* the observed one counts against A (the usual definition,
+p = (resamples at least as extreme + 1) / (resamples + 1)), where sacrebleu counts only larger
+ones. Ties are not rare: TER's randomised differences are whole edits over one reference
+length, and outputs that differ in a single sentence tie at every trial. sacrebleu then
+reports p = 1/(n + 1), its smallest, even for two identical systems; here p = 1. Where no
+resample ties the observed difference, the two agree exactly.
 
 The hypotheses are scored as everywhere in alignmt.evaluation: detokenised, [UNK] as one token,
 against one or more references.

@@ -6,7 +6,8 @@ Entry points, benchmarks and tests all build through `build` and `restore`.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -21,6 +22,7 @@ from alignmt.data.datamodule import TranslationDataModule
 from alignmt.data.vocab import Vocabulary
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.evaluation.evaluator import Evaluator
+from alignmt.models.ensemble import Ensemble
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.task import TranslationTask
 from alignmt.translator import Translator
@@ -50,12 +52,22 @@ class Built:
 
 @dataclass
 class Restored:
-    """A trained model from its checkpoint, ready to evaluate or translate."""
+    """A trained model (or an ensemble of several) from checkpoints, ready to evaluate or
+    translate."""
 
-    config: DictConfig  # the resolved training config stored in the checkpoint
+    config: DictConfig  # the resolved training config stored in the (first) checkpoint
     datamodule: TranslationDataModule  # vocabularies and tokenisers set; splits load on `setup`
-    model: Seq2Seq
+    model: Seq2Seq | Ensemble  # an Ensemble when several checkpoints were given
     translator: Translator
+    checkpoints: list[str] = field(default_factory=list)  # the files, in the order given
+
+
+@dataclass
+class _Member:
+    path: str
+    config: DictConfig
+    datamodule: TranslationDataModule
+    model: Seq2Seq
 
 
 def build(cfg: DictConfig) -> Built:
@@ -84,12 +96,36 @@ def build(cfg: DictConfig) -> Built:
     return Built(cfg, datamodule, model, translator, task)
 
 
+def checkpoint_paths(ckpt: str | Path | Sequence[str | Path]) -> list[str]:
+    """`ckpt=PATH`, or `ckpt=[A,B,...]` for an ensemble, as a list of paths."""
+    paths = [ckpt] if isinstance(ckpt, str | Path) else list(ckpt)
+    if not paths:
+        raise ValueError("ckpt: no checkpoint given")
+    return [str(p) for p in paths]
+
+
 def restore(
-    path: str | Path, decoding: DictConfig | None = None, options: DictConfig | None = None
+    ckpt: str | Path | Sequence[str | Path],
+    decoding: DictConfig | None = None,
+    options: DictConfig | None = None,
 ) -> Restored:
-    """The checkpoint's model, data module and translator. `decoding` replaces the search it
-    was trained with; `options` holds `unk_replace`, `unk_dictionary` (and, for translation,
-    `nbest`), as in conf/evaluate.yaml and conf/translate.yaml."""
+    """The checkpoint's model, data module and translator; several checkpoints decode as one
+    `Ensemble` (they must share vocabularies and tokenisers; the first one's data and
+    decoding settings are used). `decoding` replaces the search it was trained with;
+    `options` holds `unk_replace`, `unk_dictionary` (and, for translation, `nbest`), as in
+    conf/evaluate.yaml and conf/translate.yaml."""
+    paths = checkpoint_paths(ckpt)
+    members = [_restore_member(path) for path in paths]
+    first = members[0]
+    for other in members[1:]:
+        check_same_vocabularies(first, other)
+    model = first.model if len(members) == 1 else Ensemble([m.model for m in members])
+    decoding = decoding or first.config.decoding
+    translator = build_translator(options or first.config, model, decoding, first.datamodule)
+    return Restored(first.config, first.datamodule, model, translator, paths)
+
+
+def _restore_member(path: str) -> _Member:
     checkpoint = read_checkpoint(path)
     config = OmegaConf.create(checkpoint["hyper_parameters"]["config"])
     datamodule = instantiate(config.data, seed=config.seed)
@@ -97,8 +133,7 @@ def restore(
     model = build_model(config.model, datamodule)
     load_model_weights(model, checkpoint, str(path))
     model.eval()
-    translator = build_translator(options or config, model, decoding or config.decoding, datamodule)
-    return Restored(config, datamodule, model, translator)
+    return _Member(path, config, datamodule, model)
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -132,6 +167,22 @@ def load_model_weights(model: Seq2Seq, checkpoint: dict, origin: str) -> None:
             f"{origin}: its weights do not fit the model this config builds; the model "
             f"settings must be the checkpoint's ({e})"
         ) from None
+
+
+def check_same_vocabularies(first: _Member, other: _Member) -> None:
+    """Ensemble members read and write the same ids: same vocabularies, same tokenisers."""
+    a, b = first.datamodule, other.datamodule
+    for what, mine, theirs in (
+        ("source vocabularies", a.source_vocab.fingerprint, b.source_vocab.fingerprint),
+        ("target vocabularies", a.target_vocab.fingerprint, b.target_vocab.fingerprint),
+        ("source tokenisers", a.source_tokenizer.fingerprint, b.source_tokenizer.fingerprint),
+        ("target tokenisers", a.target_tokenizer.fingerprint, b.target_tokenizer.fingerprint),
+    ):
+        if mine != theirs:
+            raise ValueError(
+                f"cannot ensemble {first.path} and {other.path}: their {what} differ "
+                f"({mine} vs {theirs}); members must be trained on the same data settings"
+            )
 
 
 def evaluator(translator: Translator, datamodule: TranslationDataModule) -> Evaluator:

@@ -6,7 +6,8 @@ line gives an empty line (in n-best mode, one entry with an empty translation).
 `attention_file=FILE` writes one JSON line per input line: the source tokens, the output
 tokens and the attention weights [output][source], [EOS] included on both sides. A line
 longer than the longest training sentences (the training config's `data.max_length`) is
-still translated, with a warning on stderr naming it.
+still translated, with a warning on stderr naming it. `ckpt=[A,B,...]` translates with the
+ensemble of several checkpoints (`alignmt.models.ensemble`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ class ParallelText:
 
     The sequences are lists, or lazy columns of an Arrow dataset for corpora too large to hold
     as Python strings (`from_dataset`); `to_dataset` gives the Arrow form either way.
+    `extra_references` are further references of an evaluation split, one sequence per set
+    (the n-th set holds every sentence's n-th reference after `targets`): the metrics score
+    against all of them; training and perplexity read `targets` alone.
     """
 
     sources: Sequence[str]
@@ -34,6 +37,7 @@ class ParallelText:
     alignments: Sequence[str] | None = None
     origin: str = ""  # where it came from, for error messages
     dataset: datasets.Dataset | None = field(default=None, repr=False, compare=False)
+    extra_references: Sequence[Sequence[str]] = ()
 
     def __post_init__(self):
         if len(self.sources) != len(self.targets):
@@ -46,6 +50,12 @@ class ParallelText:
                 f"{self.origin}: {len(self.alignments)} alignment lines for "
                 f"{len(self.sources)} sentence pairs"
             )
+        for k, references in enumerate(self.extra_references, start=2):
+            if len(references) != len(self.sources):
+                raise ValueError(
+                    f"{self.origin}: reference set {k} has {len(references)} sentences for "
+                    f"{len(self.sources)} sentence pairs"
+                )
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -75,6 +85,18 @@ class ParallelText:
             [self.targets[i] for i in indices],
             alignments,
             self.origin,
+            extra_references=[[refs[i] for i in indices] for refs in self.extra_references],
+        )
+
+    def as_lists(self) -> ParallelText:
+        """The same text held as plain Python lists (every field kept, no Arrow dataset)."""
+        alignments = None if self.alignments is None else list(self.alignments)
+        return ParallelText(
+            list(self.sources),
+            list(self.targets),
+            alignments,
+            self.origin,
+            extra_references=[list(refs) for refs in self.extra_references],
         )
 
 
@@ -98,15 +120,21 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def read_parallel_files(
-    source: str | Path, target: str | Path, alignment: str | Path | None = None
+    source: str | Path,
+    target: str | Path,
+    alignment: str | Path | None = None,
+    extra_references: Sequence[str | Path] = (),
 ) -> ParallelText:
-    """Two line-aligned files (and optional gold alignments); mismatched counts are an error."""
-    sources, targets = read_lines(source), read_lines(target)
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"parallel files differ in length: {source} has {len(sources)} lines, "
-            f"{target} has {len(targets)}"
-        )
+    """Two line-aligned files (and optional gold alignments, and further reference files);
+    mismatched counts are an error naming the files."""
+    sources = read_lines(source)
+    targets, *more = (read_lines(f) for f in (target, *extra_references))
+    for name, lines in zip((target, *extra_references), (targets, *more), strict=True):
+        if len(lines) != len(sources):
+            raise ValueError(
+                f"parallel files differ in length: {source} has {len(sources)} lines, "
+                f"{name} has {len(lines)}"
+            )
     alignments = None
     if alignment is not None:
         alignments = read_lines(alignment)
@@ -115,7 +143,9 @@ def read_parallel_files(
                 f"alignment file {alignment} has {len(alignments)} lines, "
                 f"its sentence files {source} and {target} have {len(sources)}"
             )
-    return ParallelText(sources, targets, alignments, origin=f"{source} / {target}")
+    return ParallelText(
+        sources, targets, alignments, origin=f"{source} / {target}", extra_references=more
+    )
 
 
 class ToyCorpus:

@@ -227,8 +227,7 @@ class TranslationDataModule(pl.LightningDataModule):
         """Training text as filtered (lazy for Arrow); evaluation text as plain lists."""
         if keep is not None:
             return text if len(keep) == len(text) else text.select(keep)
-        alignments = None if text.alignments is None else list(text.alignments)
-        return ParallelText(list(text.sources), list(text.targets), alignments, text.origin)
+        return text.as_lists()
 
     def _fit_tokenizers(self, train: datasets.Dataset, train_key: str) -> None:
         """Train SentencePiece models on the training text (or load them from the cache).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from alignmt.data.corpus import SPLITS, ParallelText, read_parallel_files
 
@@ -12,6 +12,8 @@ class TextFilesCorpus:
 
     Each of `train`, `valid` and `test` maps `source` and `target` to a file path, and may
     name an `alignment` file of gold links (Pharaoh "i-j", one line per pair) for AER.
+    `valid` and `test` may list several `target` files, one reference each (multi-reference
+    BLEU, chrF, TER, ROUGE); the first is the one perplexity and alignments read.
     `source_lang` and `target_lang` are only labels here, read by language-aware
     tokenisers (Moses).
     """
@@ -19,8 +21,8 @@ class TextFilesCorpus:
     def __init__(
         self,
         train: Mapping[str, str | None],
-        valid: Mapping[str, str | None],
-        test: Mapping[str, str | None],
+        valid: Mapping[str, str | Sequence[str] | None],
+        test: Mapping[str, str | Sequence[str] | None],
         source_lang: str | None = None,
         target_lang: str | None = None,
     ):
@@ -33,6 +35,10 @@ class TextFilesCorpus:
                     f"data.corpus.{split} must name files under 'source', 'target' and "
                     f"optionally 'alignment'; got keys {sorted(files)}"
                 )
+        # every split's target files: one, or one per reference (valid, test)
+        self.targets = {
+            split: _reference_files(split, f["target"]) for split, f in self.files.items()
+        }
         self.source_lang = source_lang
         self.target_lang = target_lang
 
@@ -40,4 +46,18 @@ class TextFilesCorpus:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
         files = self.files[split]
-        return read_parallel_files(files["source"], files["target"], files.get("alignment"))
+        first, *more = self.targets[split]
+        return read_parallel_files(files["source"], first, files.get("alignment"), more)
+
+
+def _reference_files(split: str, target: str | Sequence[str]) -> list[str]:
+    """`target` as a list of files: one, or for an evaluation split one per reference."""
+    files = [target] if isinstance(target, str) else list(target)
+    if not files or not all(isinstance(f, str) and f for f in files):
+        raise ValueError(f"data.corpus.{split}.target must name a file or a list of files")
+    if len(files) > 1 and split == "train":
+        raise ValueError(
+            f"data.corpus.train.target names {len(files)} files; training reads one "
+            "(several references are for valid and test)"
+        )
+    return files

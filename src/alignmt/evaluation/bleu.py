@@ -5,11 +5,14 @@ string "[UNK]" into "[ UNK ]": three tokens, which lengthen the hypothesis (a so
 penalty) and add n-grams that can match brackets in a reference. Hypotheses are therefore
 scored with every [UNK] written as a placeholder word that every sacrebleu tokeniser keeps
 as one token and that no reference contains; the signatures say so.
+
+Where a corpus has several references per sentence, `extra_references` holds the second,
+third, ... reference of every sentence (one stream each, as sacrebleu takes them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.bleu import BLEUScore
@@ -22,16 +25,34 @@ UNK_PLACEHOLDER = "\ua66e"
 UNK_NOTE = f"[UNK] scored as one token {UNK_PLACEHOLDER!r} (U+A66E), which matches no reference"
 UNK_SIGNATURE = "|unk:one-token"
 
+Streams = Sequence[Sequence[str]]  # reference sets beyond the first, one line per sentence each
 
-def check_parallel(hypotheses: list[str], references: list[str]) -> None:
-    """A silently truncated corpus gives a plausible but wrong score; refuse it instead."""
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"{len(hypotheses)} hypotheses but {len(references)} references; "
-            "one of the files is out of line"
-        )
+
+def check_parallel(
+    hypotheses: list[str], references: list[str], extra_references: Streams = ()
+) -> list[Sequence[str]]:
+    """Every reference stream, once each has one line per hypothesis: a silently truncated
+    corpus gives a plausible but wrong score; refuse it instead."""
+    streams = [references, *extra_references]
+    for k, stream in enumerate(streams, start=1):
+        if len(hypotheses) != len(stream):
+            which = "references" if len(streams) == 1 else f"references (set {k})"
+            raise ValueError(
+                f"{len(hypotheses)} hypotheses but {len(stream)} {which}; "
+                "one of the files is out of line"
+            )
     if not hypotheses:
         raise ValueError("cannot score an empty corpus")
+    return streams
+
+
+def scoring_text(
+    hypotheses: list[str], streams: Sequence[Sequence[str]], tokenize: str = "13a"
+) -> list[str]:
+    """The hypotheses as every metric here scores them: [UNK] as one token at the token
+    boundaries of sacrebleu's `tokenize` tokeniser (`unk_as_one_token`)."""
+    every_reference = [r for stream in streams for r in stream]
+    return unk_as_one_token(hypotheses, every_reference, BLEU(tokenize=tokenize).tokenizer)
 
 
 def unk_as_one_token(
@@ -62,26 +83,34 @@ def unk_as_one_token(
     return [h.replace(UNK, placeholder) for h in hypotheses]
 
 
-def corpus_bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> BLEUScore:
+def corpus_bleu(
+    hypotheses: list[str],
+    references: list[str],
+    tokenize: str = "13a",
+    extra_references: Streams = (),
+) -> BLEUScore:
     """sacrebleu's corpus BLEU (with its counts and lengths), [UNK] scored as one token."""
-    check_parallel(hypotheses, references)
+    streams = check_parallel(hypotheses, references, extra_references)
     metric = BLEU(tokenize=tokenize)
-    return metric.corpus_score(
-        unk_as_one_token(hypotheses, references, metric.tokenizer), [references]
-    )
+    return metric.corpus_score(scoring_text(hypotheses, streams, tokenize), streams)
 
 
-def corpus_scores(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> dict:
-    """BLEU and chrF of detokenized output against one reference per sentence.
+def corpus_scores(
+    hypotheses: list[str],
+    references: list[str],
+    tokenize: str = "13a",
+    extra_references: Streams = (),
+) -> dict:
+    """BLEU and chrF of detokenized output against one reference per sentence (or several:
+    `extra_references`).
 
     The signatures record every setting that changes the number (tokenizer, casing,
-    smoothing, sacrebleu version, and `|unk:one-token`, explained by `unk_note`) and belong
-    next to any reported score.
+    smoothing, number of references, sacrebleu version, and `|unk:one-token`, explained by
+    `unk_note`) and belong next to any reported score.
     """
-    check_parallel(hypotheses, references)
+    refs = check_parallel(hypotheses, references, extra_references)
     bleu, chrf = BLEU(tokenize=tokenize), CHRF()
-    hypotheses = unk_as_one_token(hypotheses, references, bleu.tokenizer)
-    refs = [references]
+    hypotheses = scoring_text(hypotheses, refs, tokenize)
     return {
         "bleu": bleu.corpus_score(hypotheses, refs).score,
         "chrf": chrf.corpus_score(hypotheses, refs).score,

@@ -29,6 +29,7 @@ from alignmt.evaluation.by_length import (
     write_bleu_by_length_csv,
 )
 from alignmt.evaluation.exposure import ExposureCurves, exposure_curves
+from alignmt.evaluation.metrics import SCORE_DETAILS, SCORES, translation_scores
 from alignmt.evaluation.search import length_ratio
 from alignmt.evaluation.source_coverage import source_coverage_errors
 from alignmt.plots import plot_attention, plot_bleu_by_length, plot_exposure
@@ -101,13 +102,12 @@ def test_results(
     if len(hypotheses) != len(text):
         raise RuntimeError(f"decoded {len(hypotheses)} of {len(text)} test sentences")
     references = list(text.targets)
-    scores = corpus_scores(hypotheses, references)
+    scores = translation_scores(hypotheses, references, text.extra_references)
     unit, label = length_unit(tokenizers[0])
     lengths = source_lengths(text.sources, tokenizers[0], unit)
     rows = bleu_by_length(hypotheses, references, lengths, length_unit=label)
     metrics = {
-        "test/bleu": scores["bleu"],
-        "test/chrf": scores["chrf"],
+        **{f"test/{name}": scores[name] for name in SCORES},
         "test/length_ratio": length_ratio(hypotheses, references),
         "test/loss": evaluation.loss,
         "test/ppl": math.exp(min(evaluation.loss, 100)),
@@ -121,7 +121,8 @@ def test_results(
     no_unk = [o for o in outputs if o.no_unk is not None]
     if no_unk:
         hyps, refs = [o.no_unk.text for o in no_unk], [references[o.index] for o in no_unk]
-        metrics["test/bleu_no_unk"] = corpus_scores(hyps, refs)["bleu"]
+        more = [[extra[o.index] for o in no_unk] for extra in text.extra_references]
+        metrics["test/bleu_no_unk"] = corpus_scores(hyps, refs, extra_references=more)["bleu"]
     exposure = None
     if outputs[0].exposure is not None:
         exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True), oracle)
@@ -135,9 +136,7 @@ def test_results(
     if text.alignments is not None and outputs[0].forced_attention is not None:
         metrics.update(_alignment_errors(outputs, text, tokenizers, alignment_unit))
     details = {
-        "bleu_signature": scores["bleu_signature"],
-        "chrf_signature": scores["chrf_signature"],
-        "unk_note": scores["unk_note"],
+        **{name: scores[name] for name in SCORE_DETAILS},
         "bleu_by_length_unit": label,
         "test_sentences": len(hypotheses),
         "no_unk_sentences": len(no_unk),

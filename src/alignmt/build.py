@@ -21,6 +21,7 @@ from alignmt.data.datamodule import TranslationDataModule
 from alignmt.data.vocab import Vocabulary
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.evaluation.evaluator import Evaluator
+from alignmt.models.compiled import fast_path
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.task import TranslationTask
 from alignmt.translator import Translator
@@ -65,6 +66,7 @@ def build(cfg: DictConfig) -> Built:
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_model(cfg.model, datamodule)
+    model.fast_path = fast_path(model.decoder, cfg.get("fast_path"))
     translator = build_translator(cfg, model, cfg.decoding, datamodule)
     make_task = instantiate(cfg.task, _partial_=True)
     task = make_task(

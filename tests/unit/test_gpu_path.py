@@ -241,7 +241,7 @@ def test_cuda_graphs_under_bf16_autocast_after_the_weights_change():
 
 
 @cuda
-def test_a_backward_pass_after_another_replay_is_refused():
+def test_cuda_graphs_refuse_a_backward_pass_after_another_replay():
     model = FAMILIES["rnnsearch"]().cuda()
     model.fast_path = FastPath(model.decoder, cuda_graphs=True)
     src, lengths, tgt_in, _ = on_cuda(batch())
@@ -252,7 +252,7 @@ def test_a_backward_pass_after_another_replay_is_refused():
 
 
 @cuda
-def test_least_recently_used_graphs_are_dropped():
+def test_cuda_graphs_drop_the_least_recently_used_shape():
     pairs, graphs = compare_on_cuda(
         "rnnencdec", [batch(), batch((2, 1), (1, 2), seed=1), batch()], max_graphs=1
     )

@@ -87,7 +87,8 @@ def setup(toy_cache: Path, cache_dir: Path) -> TranslationDataModule:
     [
         # the tokeniser runs twice per pair: killed in the third batch of the training split
         ("tokenized", ("alignmt.data.tokenizers", "WhitespaceTokenizer", "tokenize", 4500)),
-        ("encoded", ("alignmt.data.vocab", "Vocabulary", "encode", 4500)),
+        # Arrow encodes a batch of 1,000 pairs, one call per side: killed in the third batch
+        ("encoded", ("alignmt.data", "encoding", "_ids", 5)),
     ],
 )
 def test_a_map_killed_midway_is_rebuilt_and_gives_what_a_clean_run_gives(

@@ -1,19 +1,22 @@
 """WMT'14 through `datasets.load_dataset`, on a replica of the hub's layout built from real text."""
 
+import json
 import logging
 import shutil
 from pathlib import Path
 
 import datasets
 import huggingface_hub
-import pyarrow as pa
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from hydra.utils import instantiate
 
 from alignmt.data import DataUnavailableError, HubCorpus, MosesTokenizer, TranslationDataModule
 from alignmt.data.batching import Batch
 from alignmt.data.corpus import read_lines
+from alignmt.data.replica import write_hub_replica
 from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
@@ -23,21 +26,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"real parallel text not found at {SHARED_DATA} (the repository's ../shared/data)",
 )
 
-README = """---
-configs:
-{configs}
----
-# A replica of the wmt/wmt14 layout, from Multi30k and Tatoeba sentences.
-"""
-CONFIG = """- config_name: {pair}
-  data_files:
-  - split: train
-    path: {pair}/train-*
-  - split: validation
-    path: {pair}/validation-*
-  - split: test
-    path: {pair}/test-*"""
-
 
 def multi30k(split: str, lang: str, n: int) -> list[str]:
     return read_lines(SHARED_DATA / "multi30k" / f"{split}.{lang}.gz")[:n]
@@ -46,15 +34,6 @@ def multi30k(split: str, lang: str, n: int) -> list[str]:
 def tatoeba(n: int) -> tuple[list[str], list[str]]:
     rows = [line.split("\t") for line in read_lines(SHARED_DATA / "tatoeba-en-fr" / "eng-fra.tsv")]
     return [r[0] for r in rows[-n:]], [r[1] for r in rows[-n:]]
-
-
-def write_split(folder: Path, pair: str, split: str, columns: dict[str, list[str]]) -> None:
-    rows = [
-        dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)
-    ]
-    (folder / pair).mkdir(parents=True, exist_ok=True)
-    table = pa.table({"translation": rows})
-    pq.write_table(table, folder / pair / f"{split}-00000-of-00001.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +56,7 @@ def hub(tmp_path_factory):
             },
         },
     }
-    for pair, by_split in splits.items():
-        for split, columns in by_split.items():
-            write_split(folder, pair, split, columns)
-    configs = "\n".join(CONFIG.format(pair=pair) for pair in splits)
-    (folder / "README.md").write_text(README.format(configs=configs))
+    write_hub_replica(folder, splits, train_shards=3)
     return folder, splits
 
 
@@ -287,3 +262,71 @@ def test_streamed_training_gives_ranks_distinct_shares_and_works_with_workers(
     dm.num_workers = 2  # one Parquet shard: the second worker has nothing to read
     batches = iter(dm.train_dataloader())
     assert all(len(next(batches)) <= 16 for _ in range(5))
+
+
+def test_the_replica_declares_translation_as_the_hub_does(hub):
+    folder, _ = hub
+    shards = sorted(p.name for p in (folder / "fr-en").glob("train-*.parquet"))
+    assert shards == [f"train-0000{k}-of-00003.parquet" for k in range(3)]
+    metadata = pq.read_schema(folder / "fr-en" / shards[0]).metadata[b"huggingface"]
+    assert json.loads(metadata)["info"]["features"]["translation"]["_type"] == "Translation"
+    card = yaml.safe_load((folder / "README.md").read_text().split("---")[1])
+    (fr_en,) = [c for c in card["dataset_info"] if c["config_name"] == "fr-en"]
+    assert fr_en["features"] == [
+        {"name": "translation", "dtype": {"translation": {"languages": ["fr", "en"]}}}
+    ]
+    loaded = datasets.load_dataset(str(folder), "fr-en", split="validation")
+    assert isinstance(loaded.features["translation"], datasets.Translation)
+
+
+@pytest.mark.parametrize(("source", "target"), [("en", "fr"), ("fr", "en")])
+def test_streaming_reads_the_replica_in_both_directions(corpus, hub, source, target, monkeypatch):
+    monkeypatch.setattr(datasets.config, "SLEEP_TIME_ON_THREADS_SHUTDOWN", 0.1)
+    splits = hub[1]["fr-en"]
+    streamed = corpus(source_lang=source, target_lang=target, streaming=True)
+    rows = list(streamed.stream("train"))
+    assert [r["source"] for r in rows] == splits["train"][source]
+    assert [r["target"] for r in rows] == splits["train"][target]
+    test = streamed.load("test")
+    assert list(test.sources) == splits["test"][source]
+    assert list(test.targets) == splits["test"][target]
+    subset = corpus(source_lang=source, target_lang=target, streaming=True, train_size=7)
+    assert list(subset.load("train").targets) == splits["train"][target][:7]
+
+
+@pytest.mark.parametrize(("max_length", "max_tokens"), [(50, 50), (None, 400)])
+def test_a_streamed_token_budget_is_checked_at_start_up(corpus, tmp_path, max_length, max_tokens):
+    dm = word_datamodule(
+        corpus(streaming=True),
+        tmp_path / "cache",
+        max_length=max_length,
+        max_tokens=max_tokens,
+        stream_sample_size=50,
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"data.max_tokens={max_tokens} must hold .* data.max_length={max_length} ",
+    ):
+        dm.setup("fit")
+    fits = word_datamodule(
+        corpus(streaming=True),
+        tmp_path / "cache",
+        max_length=50,
+        max_tokens=51,
+        stream_sample_size=50,
+    )
+    fits.setup("fit")
+    assert fits.train_stream is not None
+
+
+def test_the_training_path_holds_no_python_list_per_pair(corpus, tmp_path):
+    """Text, tokens and ids of the training split stay in memory-mapped Arrow files: what
+    keeps 40.8M pairs from costing RAM (no Python object per pair anywhere on the path)."""
+    dm = word_datamodule(corpus(), tmp_path / "cache", max_length=20)
+    dm.setup("fit")
+    text = dm.text["train"]
+    assert not isinstance(text.sources, list) and text.dataset.cache_files
+    assert all(f["filename"].endswith(".arrow") for f in text.dataset.cache_files)
+    pairs = dm.pairs["train"]
+    assert all(values.base is not None for values in pairs.sources.values)  # views of Arrow
+    assert len(pairs) < 500 and isinstance(pairs.index, np.ndarray)  # the filter, as an array

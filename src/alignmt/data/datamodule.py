@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from itertools import islice
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from alignmt.atomic import write_text
 from alignmt.data import encoding
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler
+from alignmt.data.cache_lock import filling
 from alignmt.data.corpus import ParallelText
 from alignmt.data.loader import ResumableLoader, evaluation_loader
 from alignmt.data.streaming import PairEncoder, StreamedBatches
@@ -33,7 +36,10 @@ class TranslationDataModule(pl.LightningDataModule):
     are always over the whole split. Tokenisers that learn (SentencePiece) are fitted on the
     training split; vocabularies hold its `*_vocab_size` most frequent tokens seen `min_freq`
     times; both come from a checkpoint instead when evaluating (`set_vocabularies`,
-    `load_tokenizer_state`). Tokenised and encoded splits are cached under `cache_dir`.
+    `load_tokenizer_state`). Tokenised and encoded splits, SentencePiece models and
+    vocabularies are cached under `cache_dir`, each entry filled by one process while the
+    others (DDP ranks, SLURM tasks, other runs) wait and read it; `num_proc` processes
+    tokenise and encode (None: every available core, for splits large enough to gain).
     A training split that a corpus streams (`corpus.stream("train")`) is read as it goes;
     its tokenisers and vocabularies are fitted on its first `stream_sample_size` pairs.
     `alignment_unit` says what the corpus's gold alignments index: the raw text's
@@ -136,6 +142,7 @@ class TranslationDataModule(pl.LightningDataModule):
             stream = getattr(self.corpus, "stream", None)
             self.train_stream = stream("train") if stream is not None else None
         if self.train_stream is not None and "train" in todo:
+            self._check_stream_budget()
             todo.remove("train")  # read as training goes; only its first pairs are fitted on
         texts = {split: self._text(split) for split in todo}
         for split, text in texts.items():
@@ -157,7 +164,7 @@ class TranslationDataModule(pl.LightningDataModule):
         if "train" in tokens:
             keep["train"] = self._filter_train(texts["train"].origin, tokens["train"][0])
             if self.source_vocab is None:
-                self._build_vocabularies(tokens["train"][0], keep["train"])
+                self._build_vocabularies(*tokens["train"], keep["train"])
         for split in todo:
             tokenized, key = tokens[split]
             encoded = encoding.encode(
@@ -171,6 +178,19 @@ class TranslationDataModule(pl.LightningDataModule):
             )
             self.pairs[split] = EncodedPairs.from_arrow(encoded, keep.get(split))
             self.text[split] = self._kept_text(texts[split], keep.get(split))
+
+    def _check_stream_budget(self) -> None:
+        """A token budget must hold the longest pair a stream may bring, known only from
+        `max_length`: checked at start-up, not when such a pair first turns up."""
+        if self.max_tokens is None:
+            return
+        if self.max_length is None or self.max_length + 1 > self.max_tokens:
+            raise ValueError(
+                f"streamed training: data.max_tokens={self.max_tokens} must hold the longest "
+                f"pair data.max_length={self.max_length} allows, with [EOS] "
+                f"({'unbounded' if self.max_length is None else self.max_length + 1} tokens): "
+                "raise data.max_tokens or set data.max_length below it"
+            )
 
     def _text(self, split: str) -> ParallelText:
         text = self.text.get(split)
@@ -200,7 +220,12 @@ class TranslationDataModule(pl.LightningDataModule):
         return ParallelText(list(text.sources), list(text.targets), alignments, text.origin)
 
     def _fit_tokenizers(self, train: datasets.Dataset, train_key: str) -> None:
-        """Train SentencePiece models on the training text (or load them from the cache)."""
+        """Train SentencePiece models on the training text (or load them from the cache).
+
+        Where the text holds more sentences than a model trains on (`input_sentence_size`),
+        a random sample seeded by `seed` is taken, and the seed joins the model's cache key;
+        otherwise the model does not depend on the seed, and runs of any seed share it.
+        """
         if self.source_tokenizer is self.target_tokenizer:
             sides = {"joint": (self.source_tokenizer, ("source", "target"))}
         else:
@@ -211,10 +236,14 @@ class TranslationDataModule(pl.LightningDataModule):
         for side, (tokenizer, columns) in sides.items():
             if not hasattr(tokenizer, "fit") or tokenizer.trained:
                 continue
-            key = encoding.cache_key(train_key, side, tokenizer.training_key)
+            limit = tokenizer.options["input_sentence_size"]
+            seed = self.seed if encoding.sampled(train, columns, limit) else None
+            key = encoding.cache_key(train_key, side, tokenizer.training_key, seed)
             model_file = self.cache_dir / "sentencepiece" / f"{key}.model"
-            tokenizer.fit(encoding.sentences(train, columns), model_file)
-            log.info("SentencePiece model (%s): %s", side, model_file)
+            tokenizer.fit(
+                encoding.sentences(train, columns, limit, self.seed), model_file, self.seed
+            )
+            log.info("SentencePiece model (%s): %s", side, tokenizer.model_file or model_file)
 
     def _tokenize(self, split: str, dataset: datasets.Dataset, key: str):
         return encoding.tokenize(
@@ -249,8 +278,28 @@ class TranslationDataModule(pl.LightningDataModule):
             raise ValueError(f"no training pairs left in {origin} after filtering")
         return keep
 
-    def _build_vocabularies(self, tokens: datasets.Dataset, keep: np.ndarray) -> None:
-        """From the training pairs kept: all counts minus those of the dropped pairs."""
+    def _build_vocabularies(self, tokens: datasets.Dataset, key: str, keep: np.ndarray) -> None:
+        """From the training pairs kept: all counts minus those of the dropped pairs. Counted
+        once per cache (the token lists of the vocabularies are cached), read by the others."""
+        sizes = (self.source_vocab_size, self.target_vocab_size)
+        entry = (
+            self.cache_dir
+            / "vocabularies"
+            / (encoding.cache_key("vocab", key, self.max_length, sizes, self.min_freq) + ".json")
+        )
+        with filling(entry):
+            if not entry.is_file():
+                itos = [vocab.itos for vocab in self._count_vocabularies(tokens, keep)]
+                write_text(entry, json.dumps(itos, ensure_ascii=False))
+            source, target = json.loads(entry.read_text(encoding="utf-8"))
+        self.source_vocab, self.target_vocab = Vocabulary(source), Vocabulary(target)
+        log.info(
+            "vocabularies: %d source, %d target types",
+            len(self.source_vocab),
+            len(self.target_vocab),
+        )
+
+    def _count_vocabularies(self, tokens: datasets.Dataset, keep: np.ndarray) -> list[Vocabulary]:
         dropped = np.setdiff1d(np.arange(len(tokens)), keep)
         vocabularies = []
         for column, size in (
@@ -261,12 +310,7 @@ class TranslationDataModule(pl.LightningDataModule):
             if len(dropped):
                 counts.subtract(encoding.token_counts(tokens, column, rows=dropped))
             vocabularies.append(Vocabulary.from_counts(+counts, size, self.min_freq))
-        self.source_vocab, self.target_vocab = vocabularies
-        log.info(
-            "vocabularies: %d source, %d target types",
-            len(self.source_vocab),
-            len(self.target_vocab),
-        )
+        return vocabularies
 
     # ------------------------------------------------------------ dataloaders
     def _world(self) -> tuple[int, int]:

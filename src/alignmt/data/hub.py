@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
 
 from alignmt.data.corpus import SPLITS, DataUnavailableError, ParallelText
+from alignmt.data.selection import read_selection
+from alignmt.data.sources import PAIR_FEATURES, HubSplit, LocalFiles, describe, parse_sources
 
 # The hub's split names for ours.
 HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
@@ -64,6 +67,14 @@ def load_hub_split(
         ) from None
 
 
+def _languages(feature) -> list[str]:
+    """The languages of a `translation` column: a `datasets.Translation` feature (as the hub's
+    card and Parquet metadata declare it) or a plain struct of strings."""
+    if isinstance(feature, datasets.Translation):
+        return list(feature.languages)
+    return list(feature)
+
+
 def _layout(features: datasets.Features, source_lang: str, target_lang: str, where: str) -> bool:
     """Whether the languages sit in a `translation` struct (WMT) or in columns of their own.
 
@@ -71,7 +82,7 @@ def _layout(features: datasets.Features, source_lang: str, target_lang: str, whe
     """
     nested = "translation" in features
     if nested:
-        available = sorted(features["translation"])
+        available = sorted(_languages(features["translation"]))
     else:
         available = sorted(
             column
@@ -119,8 +130,10 @@ class HubCorpus:
 
     Rows are `{"translation": {"fr": ..., "en": ...}}` (WMT) or one column per language.
     `path` is a hub id or a local folder in the hub layout, `name` the config ("fr-en").
-    The training split can be cut to `train_size` pairs: the first ones or a seeded random
-    sample. With `streaming`, nothing is downloaded in full: validation, test and a
+    Each split is one source or the concatenation of several (`splits`: hub splits and local
+    text files, see `alignmt.data.sources`). The training split can be cut to the line ids of
+    a published `selection` file, then to `train_size` pairs: the first ones or a seeded
+    random sample. With `streaming`, nothing is downloaded in full: validation, test and a
     `train_size` subset are read from the stream once and cached; without `train_size`,
     training reads the stream as it goes (`stream`), the only way through WMT'14 fr-en's
     40.8M pairs without converting them first.
@@ -138,7 +151,8 @@ class HubCorpus:
         streaming: bool = False,
         cache_dir: str | None = None,
         revision: str | None = None,
-        splits: Mapping[str, str] | None = None,
+        splits: Mapping[str, Any] | None = None,
+        selection: str | None = None,
     ):
         if sample not in SAMPLES:
             raise ValueError(f"data.corpus.sample must be one of {SAMPLES}, got {sample!r}")
@@ -156,18 +170,31 @@ class HubCorpus:
         self.streaming = streaming
         self.cache_dir = str(Path(cache_dir).expanduser()) if cache_dir else None
         self.revision = revision
-        self.splits = {**HUB_SPLITS, **(splits or {})}
+        self.selection = selection
+        self.sources = _split_sources({**HUB_SPLITS, **(splits or {})})
+        if streaming:
+            self._check_streamed_training()
+
+    def _check_streamed_training(self) -> None:
+        train = self.sources["train"]
+        if self.selection is not None:
+            raise ValueError(
+                "data.corpus.selection picks lines of the downloaded training split: "
+                "set data.corpus.streaming=false"
+            )
+        if len(train) != 1 or not isinstance(train[0], HubSplit):
+            raise ValueError(
+                "data.corpus.splits.train: streamed training (data.corpus.streaming=true) reads "
+                "one hub split; local files or several sources need streaming=false"
+            )
 
     def _origin(self, split: str) -> str:
         config = f" {self.name}" if self.name else ""
-        return f"{self.path}{config} {self.splits[split]} ({self.source_lang}->{self.target_lang})"
+        parts = describe(self.sources[split], self.source_lang, self.target_lang)
+        return f"{self.path}{config} {parts} ({self.source_lang}->{self.target_lang})"
 
     def _load(self, split: str, streaming: bool = False):
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-        return load_hub_split(
-            self.path, self.name, self.splits[split], self.cache_dir, streaming, self.revision
-        )
+        return load_hub_split(self.path, self.name, split, self.cache_dir, streaming, self.revision)
 
     def _layout(self, features: datasets.Features) -> bool:
         where = f"dataset {self.path!r}" + (f" ({self.name})" if self.name else "")
@@ -194,25 +221,19 @@ class HubCorpus:
         chosen = np.random.default_rng(self.seed).choice(total, size=n, replace=False)
         return dataset.select(np.sort(chosen))
 
-    def _streamed(self, split: str) -> datasets.Dataset:
-        """A split read from the stream once, then cached as Arrow by `datasets`.
-
-        Training keeps its first `train_size` pairs, or as many after a seeded buffer shuffle.
-        """
-        size = self.train_size if split == "train" else None
-        features = datasets.Features(
-            {"source": datasets.Value("string"), "target": datasets.Value("string")}
-        )
+    def _streamed(self, hub_split: str, size: int | None) -> datasets.Dataset:
+        """A hub split read from the stream once, then cached as Arrow by `datasets`: all of
+        it, or its first `size` pairs, or as many after a seeded buffer shuffle."""
         try:
             dataset = datasets.Dataset.from_generator(
                 _stream_rows,
-                features=features,
+                features=PAIR_FEATURES,
                 cache_dir=self.cache_dir,
-                split=self.splits[split],
+                split=hub_split,
                 gen_kwargs=dict(
                     path=self.path,
                     name=self.name,
-                    split=self.splits[split],
+                    split=hub_split,
                     revision=self.revision,
                     source_lang=self.source_lang,
                     target_lang=self.target_lang,
@@ -227,8 +248,23 @@ class HubCorpus:
             raise
         if size is not None and len(dataset) < size:
             raise ValueError(
-                f"data.corpus.train_size={size}, but {self._origin(split)} has {len(dataset)} pairs"
+                f"data.corpus.train_size={size}, but {self._origin('train')} has "
+                f"{len(dataset)} pairs"
             )
+        return dataset
+
+    def _part(self, source: HubSplit | LocalFiles, split: str) -> datasets.Dataset:
+        if isinstance(source, LocalFiles):
+            return source.load(self.source_lang, self.target_lang, self.cache_dir)
+        if self.streaming:
+            return self._streamed(source.name, self.train_size if split == "train" else None)
+        return self._pairs(self._load(source.name))
+
+    def _train_subset(self, dataset: datasets.Dataset) -> datasets.Dataset:
+        if self.selection is not None:
+            dataset = dataset.select(read_selection(self.selection, len(dataset)))
+        if self.train_size is not None and not self.streaming:  # a stream took its own
+            dataset = self._subset(dataset)
         return dataset
 
     def _streams(self, split: str) -> bool:
@@ -241,24 +277,24 @@ class HubCorpus:
                 self.load(split)
 
     def load(self, split: str) -> ParallelText:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
         if self._streams(split):
             raise ValueError(
                 f"{self._origin(split)} is streamed in full (data.corpus.streaming=true, "
                 "no train_size): read it with stream()"
             )
-        if self.streaming:
-            dataset = self._streamed(split)
-        else:
-            dataset = self._pairs(self._load(split))
-            if split == "train" and self.train_size is not None:
-                dataset = self._subset(dataset)
+        parts = [self._part(source, split) for source in self.sources[split]]
+        dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+        if split == "train":
+            dataset = self._train_subset(dataset)
         return ParallelText.from_dataset(dataset, self._origin(split))
 
     def stream(self, split: str) -> datasets.IterableDataset | None:
         """The training split as a stream of {source, target} rows when it is too big to load."""
         if not self._streams(split):
             return None
-        stream = self._load(split, streaming=True)
+        stream = self._load(self.sources[split][0].name, streaming=True)
         nested = self._layout(stream.features)
         return stream.map(
             _pick_pair,
@@ -267,3 +303,10 @@ class HubCorpus:
             ),
             remove_columns=list(stream.features),
         )
+
+
+def _split_sources(specs: Mapping[str, Any]) -> dict[str, list[HubSplit | LocalFiles]]:
+    unknown = sorted(set(specs) - set(SPLITS))
+    if unknown:
+        raise ValueError(f"data.corpus.splits: unknown split(s) {unknown}; expected {SPLITS}")
+    return {split: parse_sources(f"data.corpus.splits.{split}", specs[split]) for split in SPLITS}

@@ -1,7 +1,9 @@
 """Tokenisers turn raw lines into the tokens the vocabulary indexes, and back for sacrebleu.
 
-Every tokeniser has `tokenize(str) -> list[str]`, `detokenize(list[str]) -> str` and a
-`fingerprint` that changes whenever its output could, which keys the cache of tokenised data.
+Every tokeniser has `tokenize(str) -> list[str]`, `tokenize_batch(list[str])` (what data
+preparation calls; SentencePiece encodes the whole list in one call), `detokenize(list[str])
+-> str` and a `fingerprint` that changes whenever its output could, which keys the cache of
+tokenised data.
 `word_ids(str) -> list[int]` gives, for each token of `tokenize`, the index of the word of the
 raw sentence it comes from (words: `text.split()`), the unit gold alignments usually index.
 Tokenisers learnt from the training data (SentencePiece) also have `fit` and plain-value
@@ -15,10 +17,13 @@ import io
 import json
 import logging
 import os
-import tempfile
+import random
 from collections.abc import Iterable, Sequence
 from importlib.metadata import version
 from pathlib import Path
+
+from alignmt.atomic import write_with
+from alignmt.data.cache_lock import filling
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,9 @@ class WhitespaceTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         return text.split()
+
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        return [self.tokenize(text) for text in texts]
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         return " ".join(tokens)
@@ -85,6 +93,11 @@ class MosesTokenizer:
             text, escape=False, aggressive_dash_splits=self.aggressive_dash_splits
         )
 
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        """One sentence at a time (sacremoses has no batch call); data preparation runs it in
+        one process per core."""
+        return [self.tokenize(text) for text in texts]
+
     def detokenize(self, tokens: Sequence[str]) -> str:
         return self._detokenizer.detokenize(list(tokens), unescape=False)
 
@@ -117,12 +130,30 @@ class MosesTokenizer:
 MODEL_TYPES = ("bpe", "unigram")
 
 
+def reservoir(items: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of at most `size` items (seeded), in their original order.
+
+    SentencePiece samples its input itself when given more than `input_sentence_size`
+    sentences, and not reproducibly even with its generator seeded; given no more, it
+    trains the same model every time.
+    """
+    rng, kept = random.Random(seed), []
+    for seen, item in enumerate(items):
+        if seen < size:
+            kept.append((seen, item))
+        elif (slot := rng.randrange(seen + 1)) < size:
+            kept[slot] = (seen, item)
+    return [item for _, item in sorted(kept)]
+
+
 class SentencePieceTokenizer:
     """Subword units (SentencePiece, BPE or unigram) learnt from the training split.
 
-    `fit` trains once and saves the model to the file it is given (the data cache; a second
-    run loads it); the model itself is a few hundred kB of bytes in `state_dict`, which the
-    checkpoint stores. One instance used for both languages is a joint model.
+    `fit` trains once per cache file (the others wait for it and load it) and saves the model
+    there; the model itself is a few hundred kB of bytes in `state_dict`, which the checkpoint
+    stores. `model_file` names a trained model to use instead, read when the data module fits
+    its tokenisers (a checkpoint restored for evaluation needs no file). One instance used
+    for both languages is a joint model.
     """
 
     splits_words = True  # subword pieces: lengths and alignments count the raw words
@@ -143,10 +174,9 @@ class SentencePieceTokenizer:
             "character_coverage": character_coverage,
             "input_sentence_size": input_sentence_size,
         }
+        self.model_file = Path(model_file).expanduser() if model_file else None
         self._model: bytes | None = None
         self._processor = None
-        if model_file is not None:
-            self.load_state_dict({"model": Path(model_file).expanduser().read_bytes()})
 
     @property
     def trained(self) -> bool:
@@ -162,30 +192,45 @@ class SentencePieceTokenizer:
         self._require_model()
         return "sentencepiece:" + hashlib.sha256(self._model).hexdigest()[:16]
 
-    def fit(self, sentences: Iterable[str], model_file: str | Path) -> None:
-        """Load `model_file` if it exists, else train on `sentences` and save it there."""
+    def fit(self, sentences: Iterable[str], model_file: str | Path, seed: int = 0) -> None:
+        """Load `self.model_file` if one is set; else load `model_file` if it exists, or train on
+        `sentences` (its random sampling seeded by `seed`) and save the model there. One
+        process per `model_file` trains; the others wait and load what it saved."""
+        if self.model_file is not None:
+            if not self.model_file.is_file():
+                raise FileNotFoundError(
+                    f"data.tokenizer.model_file: no such file: {self.model_file}"
+                )
+            self.load_state_dict({"model": self.model_file.read_bytes()})
+            return
+        model_file = Path(model_file)
+        with filling(model_file):
+            if not model_file.is_file():
+                model = self._train(sentences, seed)
+                write_with(model_file, lambda f: f.write(model))  # never half a file
+        self.load_state_dict({"model": model_file.read_bytes()})
+
+    def _train(self, sentences: Iterable[str], seed: int) -> bytes:
         import sentencepiece as spm
 
-        model_file = Path(model_file)
-        if not model_file.is_file():
-            log.info("training SentencePiece %s -> %s", self.options, model_file)
-            model = io.BytesIO()
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=(s for s in sentences if s.strip()),
-                model_writer=model,
-                bos_id=-1,
-                eos_id=-1,
-                hard_vocab_limit=False,  # a small corpus gets fewer pieces, not an error
-                shuffle_input_sentence=True,
-                minloglevel=2,
-                num_threads=os.cpu_count() or 1,
-                **self.options,
-            )
-            model_file.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=model_file.parent, delete=False) as staging:
-                staging.write(model.getvalue())
-            os.replace(staging.name, model_file)  # atomic: concurrent runs never see half a file
-        self.load_state_dict({"model": model_file.read_bytes()})
+        log.info("training SentencePiece %s (seed %d)", self.options, seed)
+        spm.set_random_generator_seed(seed)
+        chosen = reservoir(
+            (s for s in sentences if s.strip()), self.options["input_sentence_size"], seed
+        )
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(chosen),
+            model_writer=model,
+            bos_id=-1,
+            eos_id=-1,
+            hard_vocab_limit=False,  # a small corpus gets fewer pieces, not an error
+            shuffle_input_sentence=True,
+            minloglevel=2,
+            num_threads=os.cpu_count() or 1,
+            **self.options,
+        )
+        return model.getvalue()
 
     def state_dict(self) -> dict:
         self._require_model()
@@ -198,10 +243,11 @@ class SentencePieceTokenizer:
         self._processor = spm.SentencePieceProcessor(model_proto=self._model)
 
     def __getstate__(self) -> dict:  # the processor does not pickle (DataLoader workers)
-        return {"options": self.options, "model": self._model}
+        return {"options": self.options, "model_file": self.model_file, "model": self._model}
 
     def __setstate__(self, state: dict) -> None:
         self.options, self._model, self._processor = state["options"], None, None
+        self.model_file = state.get("model_file")
         if state["model"] is not None:
             self.load_state_dict({"model": state["model"]})
 
@@ -215,6 +261,12 @@ class SentencePieceTokenizer:
     def tokenize(self, text: str) -> list[str]:
         self._require_model()
         return self._processor.encode(text, out_type=str)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
+        """The whole list in one call into SentencePiece (one thread: preparation runs one
+        process per core)."""
+        self._require_model()
+        return self._processor.encode(list(texts), out_type=str, num_threads=1)
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         self._require_model()

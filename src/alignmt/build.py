@@ -22,6 +22,7 @@ from alignmt.data.datamodule import TranslationDataModule
 from alignmt.data.vocab import Vocabulary
 from alignmt.decoding.unk import UnkReplacer
 from alignmt.evaluation.evaluator import Evaluator
+from alignmt.models.compiled import fast_path
 from alignmt.models.ensemble import Ensemble
 from alignmt.models.seq2seq import Seq2Seq
 from alignmt.task import TranslationTask
@@ -83,6 +84,7 @@ def build(cfg: DictConfig) -> Built:
     model = build_model(cfg.model, datamodule)
     if initial is not None:
         load_model_weights(model, initial, f"init_from={cfg.init_from}")
+    model.fast_path = fast_path(model.decoder, cfg.get("fast_path"))
     translator = build_translator(cfg, model, cfg.decoding, datamodule)
     make_task = instantiate(cfg.task, _partial_=True)
     task = make_task(

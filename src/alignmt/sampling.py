@@ -76,16 +76,23 @@ class MixedFeed:
     """Each next input is the reference token with probability `ratio`, else the model's own
     prediction at this step (argmax or a sample; never [PAD] or [BOS], which are not words; no
     gradient flows through the choice). One coin per token, from the global torch generator,
-    whose state checkpoints carry."""
+    whose state checkpoints carry. `ratio` may be a 0-dim tensor on the logits' device, which a
+    captured CUDA graph reads anew at every replay (`with_ratio`); nothing here copies from the
+    host, so the feed can be captured."""
 
-    def __init__(self, ratio: float, mode: str = "greedy"):
+    def __init__(self, ratio: float | torch.Tensor, mode: str = "greedy"):
         self.ratio = ratio
         self.mode = mode
+
+    def with_ratio(self, ratio: float | torch.Tensor) -> MixedFeed:
+        """The same feed with another ratio."""
+        return MixedFeed(ratio, self.mode)
 
     @torch.no_grad()
     def __call__(self, t: int, reference: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float().clone()
-        logits[:, [PAD_ID, BOS_ID]] = -math.inf
+        for token in (PAD_ID, BOS_ID):
+            logits[:, token] = -math.inf
         if self.mode == "greedy":
             own = logits.argmax(-1)
         else:

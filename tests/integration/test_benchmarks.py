@@ -36,21 +36,25 @@ def figure(pattern: str, text: str) -> float:
     return float(match.group(1).replace(",", ""))
 
 
-def test_gpu_smoke_runs_the_paper_size_model_on_any_device():
+def test_gpu_benchmark_prints_its_figures_at_toy_size(tmp_path):
+    """benchmarks/gpu.py through the training path on a CPU: every line it prints on a GPU."""
     out = run_script(
-        "gpu_smoke.py",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--batch",
-        "2",
-        "--vocab",
-        "60",
-        "--no-bf16",
-    )
-    assert figure(r"RNNsearch ([\d.]+)M parameters", out) > 10  # paper sizes, tiny vocabulary
-    assert figure(r"train\s+(\d+) target tokens/s", out) > 0
+        "gpu.py", "--tiny", "--out", str(tmp_path), "--models", "rnnsearch", "rnnencdec",
+        "--variants", "eager", "fast", "--device", "cpu",
+    )  # fmt: skip
+    for model in ("rnnsearch", "rnnencdec"):
+        for variant, batching in (
+            ("eager", "batch 80"),
+            ("fast", "batch 80"),
+            ("fast", "tokens 512"),
+        ):
+            pattern = rf"train  {model}\s+{variant}\s+{batching}\s+(\d+) target tokens/s"
+            assert figure(pattern, out) > 0
+        assert re.search(rf"check  {model}\s+fast vs eager.*: ok", out), out
+        assert figure(rf"speedup {model}\s+fast / eager at batch 80: ([\d.]+)x", out) > 0
+        assert figure(rf"best   {model}\s+.* in ([\d.]+) h", out) > 0
+    for search in ("greedy", "beam 12"):
+        assert figure(rf"decode rnnsearch\s+{search}\s+40 sentences in [\d.]+ s: ([\d.]+)", out) > 0
 
 
 def test_throughput_prints_training_and_decoding_speed(cache_dir, tmp_path):

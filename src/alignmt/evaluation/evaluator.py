@@ -78,11 +78,12 @@ class Evaluator:
         predicted = forced.logits.argmax(-1).tolist()
         ref_lengths = (batch.tgt_out != PAD_ID).sum(1).tolist()
         src_lengths = batch.src_lengths.tolist()
+        # One copy from the device per batch, not one per sentence.
+        attention = None if forced.attention is None else forced.attention.float().cpu().numpy()
         for b, result in enumerate(results):
             n = ref_lengths[b]
-            if forced.attention is not None:
-                attention = forced.attention[b, : n - 1, : src_lengths[b] - 1]
-                result.forced_attention = attention.float().cpu().numpy().copy()
+            if attention is not None:
+                result.forced_attention = attention[b, : n - 1, : src_lengths[b] - 1].copy()
             own = [*result.translation.ids, EOS_ID]  # before [UNK] replacement
             result.exposure = (references[b][:n], predicted[b][:n], own)
 

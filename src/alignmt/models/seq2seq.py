@@ -18,6 +18,10 @@ DecoderState = dict[str, "torch.Tensor | DecoderState"]
 # logits [B, V] of step t: how scheduled sampling mixes in the model's own predictions.
 Feed = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
+# step(prev_tokens, memory, state) -> (features, next state, attention): `Decoder.step` or a
+# compiled version of it (alignmt.models.compiled).
+Step = Callable[..., tuple[torch.Tensor, "DecoderState", "torch.Tensor | None"]]
+
 
 class Memory(NamedTuple):
     """What the decoder reads from the source at every step, computed once per batch."""
@@ -86,21 +90,41 @@ class Decoder(nn.Module):
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
     ) -> DecoderOutput:
         """Scores a whole target prefix: teacher forcing, or scheduled sampling with `feed`."""
-        if feed is None:
-            fast = self.teacher_forced(tgt_in, memory, state)
-            if fast is not None:
-                features, attention = fast
-                return DecoderOutput(self.readout(features), attention)
-        return self.unroll(tgt_in, memory, state, feed)
+        if feed is not None:
+            return self.unroll(tgt_in, memory, state, feed)
+        features, attention = self.features(tgt_in, memory, state)
+        return DecoderOutput(self.readout(features), attention)
+
+    def features(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, step: Step | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing up to the readout: every step's features [B, T, F] and attention,
+        by the declared fast path where there is one, else by `step` (default: `self.step`)."""
+        fast = self.teacher_forced(tgt_in, memory, state)
+        return fast if fast is not None else self.run_steps(tgt_in, memory, state, step=step)
 
     def unroll(
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
     ) -> DecoderOutput:
         """The step path. Without `feed` the readout runs once over all steps; with it, every
         step's logits are needed to choose the next input."""
+        outputs, attention = self.run_steps(tgt_in, memory, state, feed)
+        return DecoderOutput(self.readout(outputs) if feed is None else outputs, attention)
+
+    def run_steps(
+        self,
+        tgt_in: torch.Tensor,
+        memory: Memory,
+        state: DecoderState,
+        feed: Feed | None = None,
+        step: Step | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`step` (default: `self.step`) at every position: the features [B, T, F] of every
+        step without `feed`, their logits [B, T, V] with it; and the attention [B, T, S]."""
+        step = step or self.step
         prev, outputs, weights = tgt_in[:, 0], [], []
         for t in range(tgt_in.size(1)):
-            features, state, alpha = self.step(prev, memory, state)
+            features, state, alpha = step(prev, memory, state)
             weights.append(alpha)
             if feed is None:
                 outputs.append(features)
@@ -110,13 +134,20 @@ class Decoder(nn.Module):
                 outputs.append(self.readout(features))
                 if t + 1 < tgt_in.size(1):
                     prev = feed(t, tgt_in[:, t + 1], outputs[-1])
-        stacked = torch.stack(outputs, 1)
         attention = None if weights[0] is None else torch.stack(weights, 1)
-        return DecoderOutput(self.readout(stacked) if feed is None else stacked, attention)
+        return torch.stack(outputs, 1), attention
 
 
 class Seq2Seq(nn.Module):
-    """An encoder and a decoder. Subclasses (RNNSearch, RNNEncDec, Luong) only assemble parts."""
+    """An encoder and a decoder. Subclasses (RNNSearch, RNNEncDec, Luong) only assemble parts.
+
+    `fast_path`, where `build` sets one (config `fast_path`, `alignmt.models.compiled`), runs
+    the decoder's training forward pass, start to the last step, compiled and on CUDA as
+    captured graphs: the same function on the same encoder output (a copying decoder, whose
+    start takes the source's copy ids, keeps the plain path).
+    """
+
+    fast_path: Callable[[EncoderOutput, torch.Tensor, Feed | None], DecoderOutput] | None = None
 
     def __init__(self, encoder: RNNEncoder, decoder: Decoder):
         super().__init__()
@@ -153,6 +184,8 @@ class Seq2Seq(nn.Module):
         feed: Feed | None = None,
         src_copy: torch.Tensor | None = None,
     ) -> DecoderOutput:
+        if self.fast_path is not None and not self.copies_source:
+            return self.fast_path(self.encoder(src, src_lengths), tgt_in, feed)
         memory, state = self.start(src, src_lengths, src_copy)
         return self.decoder(tgt_in, memory, state, feed)
 

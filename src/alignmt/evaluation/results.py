@@ -127,11 +127,8 @@ def test_results(
     if outputs[0].exposure is not None:
         exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True), oracle)
         metrics.update({f"test/exposure/{k}": v for k, v in exposure.summary().items()})
-    if outputs[0].translation.attention is not None:  # source words skipped or repeated
-        attention = (o.translation.attention[:-1, :-1] for o in outputs)
-        metrics.update({f"test/{k}": v for k, v in source_coverage_errors(attention).items()})
-        diagnostics = attention_statistics(o.translation.attention for o in outputs)
-        metrics.update({f"test/{k}": v for k, v in diagnostics.items()})
+    if outputs[0].translation.attention is not None:
+        metrics.update(_attention_metrics(outputs))
     metrics.update(_decoding_speed(evaluation))
     if text.alignments is not None and outputs[0].forced_attention is not None:
         metrics.update(_alignment_errors(outputs, text, tokenizers, alignment_unit))
@@ -150,6 +147,14 @@ def test_results(
             "test/attention_collapsed_sentences)"
         )
     return TestResults(metrics, details, rows, exposure)
+
+
+def _attention_metrics(outputs: list) -> dict:
+    """Source words skipped or repeated by the outputs' attention, and its diagnostics."""
+    attention = (o.translation.attention[:-1, :-1] for o in outputs)
+    metrics = {f"test/{k}": v for k, v in source_coverage_errors(attention).items()}
+    diagnostics = attention_statistics(o.translation.attention for o in outputs)
+    return {**metrics, **{f"test/{k}": v for k, v in diagnostics.items()}}
 
 
 def length_unit(tokenizer) -> tuple[str, str]:

@@ -1,5 +1,6 @@
-"""Is a run's BLEU different from the baseline's? sacrebleu's paired bootstrap resampling
-(Koehn 2004), on both runs' hypotheses of the same test set against its references.
+"""Is a run's BLEU different from the baseline's? Paired bootstrap resampling (Koehn 2004;
+`alignmt.evaluation.significance`, as `alignmt-evaluate baseline=...` computes it), on both
+runs' hypotheses of the same test set against its references.
 
 The references come from a run's `test_sentences.jsonl.gz`; two runs are compared only when
 their files hold the same sources and references.
@@ -9,13 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sacrebleu.metrics import BLEU
-from sacrebleu.significance import PairedTest
-
-from alignmt.evaluation.bleu import unk_as_one_token
+from alignmt.evaluation.significance import DEFAULT_SAMPLES, paired_significance
 from alignmt.report.sentences import SENTENCES_FILE, read_sentences
 
-BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SAMPLES = DEFAULT_SAMPLES["bootstrap"]
 
 
 def test_set(run: Path) -> tuple[list[str], list[str], list[str]] | None:
@@ -31,17 +29,10 @@ def test_set(run: Path) -> tuple[list[str], list[str], list[str]] | None:
 
 
 def paired_bootstrap_p(baseline: Path, system: Path, samples: int = BOOTSTRAP_SAMPLES):
-    """The p-value of the BLEU difference between two runs (sacrebleu's paired bootstrap,
-    its fixed seed), or None when either run lacks the files or their test sets differ."""
+    """The p-value of the BLEU difference between two runs (seeded: the same on every
+    call), or None when either run lacks the files or their test sets differ."""
     a, b = test_set(baseline), test_set(system)
     if a is None or b is None or a[:2] != b[:2]:
         return None
-    references = a[1]
-    metric = BLEU()
-    systems = [
-        (name, unk_as_one_token(hyps, references, metric.tokenizer))
-        for name, hyps in (("baseline", a[2]), ("system", b[2]))
-    ]
-    test = PairedTest(systems, {"BLEU": metric}, [references], "bs", samples)
-    _, scores = test()
-    return scores["BLEU"][1].p_value
+    result = paired_significance(b[2], a[2], a[1], "bootstrap", samples, metrics=("bleu",))
+    return result["bleu"].p_value

@@ -44,11 +44,18 @@ class Ensemble(nn.Module):
         super().__init__()
         if not members:
             raise ValueError("an ensemble needs at least one model")
+        if any(m.copies_source for m in members):
+            raise ValueError(
+                "copying models (model/copy=pointer_generator) cannot be ensembled: their "
+                "extended vocabularies are per model"
+            )
         self.members = nn.ModuleList(members)
 
     @property
     def has_attention(self) -> bool:
         return any(m.has_attention for m in self.members)
+
+    copies_source = False
 
     def start(
         self, src: torch.Tensor, src_lengths: torch.Tensor
@@ -73,9 +80,14 @@ class Ensemble(nn.Module):
         return _mean(log_probs), next_state, _mean_attention(weights)
 
     def forward(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        src_copy: torch.Tensor | None = None,
     ) -> DecoderOutput:
-        """Teacher forcing: every step's mean log-probabilities [B, T, V] and mean attention."""
+        """Teacher forcing: every step's mean log-probabilities [B, T, V] and mean attention
+        (`src_copy` is always None: no member copies)."""
         outputs = [member(src, src_lengths, tgt_in) for member in self.members]
         log_probs = [torch.log_softmax(o.logits.float(), dim=-1) for o in outputs]
         return DecoderOutput(_mean(log_probs), _mean_attention([o.attention for o in outputs]))

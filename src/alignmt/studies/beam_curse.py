@@ -24,7 +24,8 @@ from omegaconf import OmegaConf
 
 from alignmt.atomic import write_text, write_with
 from alignmt.evaluation.search import SEARCH_CSV, larger_beam_regressions, read_outcomes
-from alignmt.report import find_runs, markdown
+from alignmt.report.runs import find_runs
+from alignmt.studies import markdown_table
 
 COLUMNS = {
     "BLEU": "test/bleu",
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    text = markdown(formatted(rows))
+    text = markdown_table(formatted(rows))
     write_text(out / "beam_curse.md", text)
     plot(rows, out / "beam_curse.png")
     print(text, end="")

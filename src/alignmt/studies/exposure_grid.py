@@ -27,7 +27,8 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from alignmt.atomic import write_text, write_with
-from alignmt.report import config_value, find_runs, markdown
+from alignmt.report.runs import find_runs, short
+from alignmt.studies import markdown_table
 
 COLUMNS = {  # the probe's four columns: metrics.json key, exposure.csv column
     "reference prefix": ("teacher_forced_accuracy", "teacher_forced"),
@@ -66,8 +67,8 @@ def read_run(run: Path, prefix_dependence: bool) -> dict:
     metrics = json.loads((run / "metrics.json").read_text())
     curve = read_curve(run / "exposure.csv")
     row = {
-        "model": config_value(config, "model._target_"),
-        "sampling": config_value(config, "sampling._target_"),
+        "model": short(OmegaConf.select(config, "model._target_")),
+        "sampling": short(OmegaConf.select(config, "sampling._target_")),
         "seed": config.get("seed"),
         "bleu": metrics.get("test/bleu"),
     }
@@ -141,9 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = (
         "Averaged over positions (token-weighted)\n\n"
-        + markdown(averages)
+        + markdown_table(averages)
         + f"\nAt target positions {', '.join(map(str, POSITIONS))}\n\n"
-        + markdown(positions)
+        + markdown_table(positions)
     )
     write_text(out / "exposure_grid.md", text)
     with (out / "exposure_grid.csv").open("w", newline="") as f:

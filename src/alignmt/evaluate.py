@@ -29,6 +29,7 @@ from alignmt.atomic import write_text
 from alignmt.build import Restored, evaluator, restore
 from alignmt.callbacks import ResultFiles
 from alignmt.config import CONF_DIR, instantiate
+from alignmt.console import quiet_known_noise
 from alignmt.data.corpus import ParallelText
 from alignmt.evaluation.module import EvaluationModule
 from alignmt.evaluation.prefix_dependence import prefix_dependence_over
@@ -129,6 +130,7 @@ def compare(cfg: DictConfig, module: EvaluationModule, text: ParallelText) -> di
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    quiet_known_noise()
     evaluate(cfg)
 
 

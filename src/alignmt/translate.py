@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from alignmt.atomic import write_text
 from alignmt.build import restore
 from alignmt.config import CONF_DIR
+from alignmt.console import quiet_known_noise
 from alignmt.special_tokens import EOS
 from alignmt.translator import Translation, Translator
 
@@ -112,6 +113,7 @@ def read_lines(stream, name: str) -> list[str]:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    quiet_known_noise()
     if cfg.input:
         with open(cfg.input, "rb") as source:
             lines = read_lines(source, cfg.input)

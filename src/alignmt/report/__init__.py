@@ -242,7 +242,7 @@ def html_page(result: Report, explorer: str = "groups") -> str:
     if "p" in summary:
         base = groups[int(summary["baseline"].to_numpy().argmax())]
         note = (
-            f'<p class="note">p: paired bootstrap resampling of BLEU (sacrebleu) against the '
+            f'<p class="note">p: paired bootstrap resampling of BLEU (Koehn 2004) against the '
             f"baseline row <b>{html.escape(base)}</b>, seed by seed; a row shows its largest p.</p>"
         )
     tables = (

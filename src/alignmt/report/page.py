@@ -83,7 +83,7 @@ def summary_table(summary: pd.DataFrame, settings: list[str], metrics: list[str]
     head += [f'<th title="{html.escape(m)}">{html.escape(label(m))}</th>' for m in metrics]
     if "p" in summary:
         head.append(
-            '<th title="paired bootstrap (sacrebleu), largest over seed pairs">p (BLEU)</th>'
+            '<th title="paired bootstrap (Koehn 2004), largest over seed pairs">p (BLEU)</th>'
         )
     body = []
     for g, (_, row) in enumerate(summary.iterrows()):

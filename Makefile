@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
-TEST_EXTRAS ?= dev,sweeps,tensorboard
+TEST_EXTRAS ?= dev,sweeps,tensorboard,slurm
 BIN = $(VENV)/bin
 PIP = $(BIN)/python -m pip install -q --disable-pip-version-check
 

@@ -9,9 +9,9 @@ tokenisers, prints: pairs/s of the download path (load + tokenise + encode) with
 and with all, the per-core figure and the extrapolation to WMT'14 fr-en's 40.8M pairs; the
 time to build one epoch of token-budget batches (measured on 40.8M lengths); the cache size
 on disk; and, in a fresh process on the warm cache, the start-up time to the first training
-batch, the peak RSS while taking training batches and, after them, how much of the resident
-memory is the process's own (anonymous) and how much is memory-mapped cache pages. Figures are
-printed, never asserted.
+batch and, over one whole epoch of training batches, the peak RSS (the kernel's high-water
+mark) and the peaks of its two parts, the process's own (anonymous) memory and pages of
+memory-mapped files (sampled every 10 ms). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -153,28 +154,52 @@ def vm_kib(field: str) -> int:
     return 0
 
 
+class ResidentPeaks(threading.Thread):
+    """The largest RssAnon and RssFile seen, sampled every 10 ms until `stop()`."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peaks = {"RssAnon": 0, "RssFile": 0}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.01):
+            for field in self.peaks:
+                self.peaks[field] = max(self.peaks[field], vm_kib(field))
+
+    def stop(self) -> dict:
+        self._done.set()
+        self.join()
+        return self.peaks
+
+
 def warm_start(spec: dict, batches: int) -> dict:
     """In a fresh interpreter: from the start to the first training batch on the warm cache,
-    then `batches` more; the peak RSS (VmHWM) and the RSS after the imports."""
+    then the rest of the epoch (or `batches` in all, if set); the peak RSS (VmHWM), the peaks
+    of its parts, and the RSS after the imports."""
     import alignmt.data  # noqa: F401 (the imports are not the pipeline's memory)
 
     baseline = vm_kib("VmRSS")
+    peaks = ResidentPeaks()
+    peaks.start()
     dm = data_module(spec)
     dm.prepare_data()
     dm.setup("fit")
     loader = dm.train_dataloader()
-    next(iter(loader))
+    batches_of_epoch = iter(loader)
+    next(batches_of_epoch)
     first = time.time()
-    taken = 0
-    while taken < batches:  # epoch after epoch, for a tiny replica
-        for _ in zip(range(batches - taken), loader, strict=False):
-            taken += 1
+    taken = 1
+    for _ in batches_of_epoch if not batches else itertools.islice(batches_of_epoch, batches - 1):
+        taken += 1
+    resident = peaks.stop()
     return {
         "first_batch_at": first,
+        "batches": taken,
         "peak_kib": vm_kib("VmHWM"),
         "baseline_kib": baseline,
-        "anon_kib": vm_kib("RssAnon"),  # the process's own memory at the end
-        "file_kib": vm_kib("RssFile"),  # pages of memory-mapped files (the Arrow cache)
+        "anon_peak_kib": resident["RssAnon"],  # the process's own memory
+        "file_peak_kib": resident["RssFile"],  # pages of memory-mapped files (the Arrow cache)
     }
 
 
@@ -242,13 +267,14 @@ def run_tokenizer(args, work: Path, replica: Path, tokenizer: str, all_procs: in
             f"{disk_size(Path(spec['hf_cache'])) / 2**20:,.0f} MiB); {cpu_count()} cores here"
         )
         warm = time_warm_start(spec, args.batches)
+        gib = {k: v / 2**20 for k, v in warm.items() if k.endswith("_kib")}
         print(
             "  warm start, fresh process: first training batch after "
-            f"{warm['first_batch_s']:.1f} s; peak RSS {warm['peak_kib'] / 2**20:.2f} GiB "
-            f"({(warm['peak_kib'] - warm['baseline_kib']) / 2**20:.2f} GiB beyond the imports) "
-            f"over {args.batches} batches; at the end {warm['anon_kib'] / 2**20:.2f} GiB "
-            f"anonymous, {warm['file_kib'] / 2**20:.2f} GiB file-backed (memory-mapped cache "
-            "pages, which the kernel reclaims under pressure)"
+            f"{warm['first_batch_s']:.1f} s; over {warm['batches']:,} training batches peak "
+            f"RSS {gib['peak_kib']:.2f} GiB ({gib['peak_kib'] - gib['baseline_kib']:.2f} GiB "
+            f"beyond the {gib['baseline_kib']:.2f} GiB after the imports), of it at most "
+            f"{gib['anon_peak_kib']:.2f} GiB anonymous and {gib['file_peak_kib']:.2f} GiB "
+            "memory-mapped file pages"
         )
         lengths = figures["lengths"]
     return lengths
@@ -263,7 +289,9 @@ def main() -> None:
     parser.add_argument("--sp-vocab", type=int, default=32_000)
     parser.add_argument("--max-tokens", type=int, default=4_000)
     parser.add_argument("--epoch-pairs", type=int, default=WMT14_FR_EN_PAIRS)
-    parser.add_argument("--batches", type=int, default=200, help="taken when measuring RSS")
+    parser.add_argument(
+        "--batches", type=int, default=0, help="taken when measuring RSS (0: one whole epoch)"
+    )
     parser.add_argument("--workdir", default=None, help="kept if given; else a temporary one")
     parser.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -9,7 +9,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from alignmt.data.mapped import MappedTable
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+RELEASE_EVERY = 64  # batches built between handing back the cache pages read (`mapped`)
 
 
 @dataclass
@@ -109,9 +112,10 @@ class RaggedIds:
         return self.values[chunk][offsets[j] : offsets[j + 1]]
 
     def lengths(self) -> np.ndarray:
+        """int32, as Arrow's list offsets: 4 bytes a sentence, not 8, at WMT's 40M."""
         if not self.offsets:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.diff(o) for o in self.offsets]).astype(np.int64)
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate([np.diff(o) for o in self.offsets]).astype(np.int32, copy=False)
 
 
 class EncodedPairs(Dataset):
@@ -119,10 +123,12 @@ class EncodedPairs(Dataset):
 
     `index`, if given, keeps only those pairs (the length filter), in that order.
     `annotate`, if set, adds what a model or a loss needs beside the ids to every batch
-    built from these pairs (`alignmt.data.annotations`).
+    built from these pairs (`alignmt.data.annotations`). `mapped`, for ids read from cache
+    files, is their map, whose pages `release` hands back.
     """
 
     annotate: Callable[[Batch], Batch] | None = None
+    mapped: MappedTable | None = None
 
     def __init__(
         self,
@@ -134,19 +140,40 @@ class EncodedPairs(Dataset):
         self.targets = targets if isinstance(targets, RaggedIds) else RaggedIds.from_lists(targets)
         if len(self.sources) != len(self.targets):
             raise ValueError(f"{len(self.sources)} source but {len(self.targets)} target sequences")
-        self.index = np.arange(len(self.sources)) if index is None else np.asarray(index)
+        n = len(self.sources)
+        dtype = np.int32 if n < 2**31 else np.int64
+        self.index = np.arange(n, dtype=dtype) if index is None else np.asarray(index, dtype)
+        self._every_pair = index is None
 
     @classmethod
     def from_arrow(cls, encoded, index: np.ndarray | None = None) -> EncodedPairs:
-        """From the `source_ids` and `target_ids` columns of an Arrow dataset."""
+        """From the `source_ids` and `target_ids` columns of an Arrow dataset; those of a
+        dataset read from cache files through maps of their own (`alignmt.data.mapped`)."""
         if getattr(encoded, "_indices", None) is not None:
             raise ValueError("flatten the dataset's indices first (dataset.flatten_indices())")
-        table = encoded.data
-        return cls(
+        files = [f["filename"] for f in getattr(encoded, "cache_files", ())]
+        mapped = MappedTable(files) if files else None
+        table = encoded.data if mapped is None else mapped.table
+        if table.num_rows != len(encoded):
+            raise ValueError(f"cache files {files}: {table.num_rows} rows, not {len(encoded)}")
+        pairs = cls(
             RaggedIds.from_arrow(table.column("source_ids")),
             RaggedIds.from_arrow(table.column("target_ids")),
             index,
         )
+        pairs.mapped = mapped
+        return pairs
+
+    def kept(self, index: np.ndarray) -> EncodedPairs:
+        """These ids with only the pairs at `index` kept (of all the ids, not of this index)."""
+        pairs = EncodedPairs(self.sources, self.targets, index)
+        pairs.mapped = self.mapped
+        return pairs
+
+    def release(self) -> None:
+        """Hand back the pages of the cache files read so far (they stay in the page cache)."""
+        if self.mapped is not None:
+            self.mapped.release()
 
     def __len__(self) -> int:
         return len(self.index)
@@ -158,8 +185,11 @@ class EncodedPairs(Dataset):
 
     def lengths(self) -> np.ndarray:
         """Per pair, the longer side (with [EOS]/[BOS]): what a batch's padded size depends on."""
-        source, target = self.sources.lengths()[self.index], self.targets.lengths()[self.index]
-        return np.maximum(source + 1, target + 1)
+        longer = np.maximum(self.sources.lengths(), self.targets.lengths())
+        if not self._every_pair:
+            longer = longer[self.index]
+        self.release()  # all the offsets were read
+        return longer + 1
 
 
 def collate(items) -> Batch:
@@ -189,9 +219,13 @@ class PairBatches(Dataset):
 
     def __init__(self, pairs: EncodedPairs):
         self.pairs = pairs
+        self._built = 0
 
     def __getitem__(self, indices: BatchIndices) -> Batch:
         batch = collate([self.pairs[i] for i in indices])
+        self._built += 1
+        if self._built % RELEASE_EVERY == 0:
+            self.pairs.release()
         batch.position = getattr(indices, "position", None)
         if self.pairs.annotate is not None:
             batch = self.pairs.annotate(batch)
@@ -228,7 +262,9 @@ class LengthBucketSampler(Sampler[list[int]]):
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.lengths = np.asarray(lengths)
+        if not np.issubdtype(self.lengths.dtype, np.integer):
+            self.lengths = self.lengths.astype(np.int64)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.shuffle = shuffle
@@ -300,7 +336,7 @@ class LengthBucketSampler(Sampler[list[int]]):
                 bounds[1:][self.rank :: self.world_size],
             )
         rng = np.random.default_rng((self.seed, self.epoch))
-        order = rng.permutation(n)
+        order = rng.permutation(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64))
         pool = self.batch_size * self.pool_batches
         for start in range(0, n, pool):
             chunk = order[start : start + pool]

@@ -170,11 +170,8 @@ class TranslationDataModule(pl.LightningDataModule):
         if "train" in data:
             self._fit_tokenizers(data["train"], keys["train"])
         tokens = {split: self._tokenize(split, data[split], keys[split]) for split in data}
-        keep = {}
-        if "train" in tokens:
-            keep["train"] = self._filter_train(texts["train"].origin, tokens["train"][0])
-            if self.source_vocab is None:
-                self._build_vocabularies(*tokens["train"], keep["train"])
+        if "train" in tokens and self.source_vocab is None:
+            self._build_vocabularies(*tokens["train"])
         for split in todo:
             tokenized, key = tokens[split]
             encoded = encoding.encode(
@@ -186,9 +183,11 @@ class TranslationDataModule(pl.LightningDataModule):
                 self.num_proc,
                 desc=f"encoding {split}",
             )
-            self.pairs[split] = EncodedPairs.from_arrow(encoded, keep.get(split))
+            pairs = EncodedPairs.from_arrow(encoded)
+            keep = self._filter_train(texts[split].origin, pairs) if split == "train" else None
+            self.pairs[split] = pairs if keep is None else pairs.kept(keep)
             self.tokens[split] = tokenized
-            self.text[split] = self._kept_text(texts[split], keep.get(split))
+            self.text[split] = self._kept_text(texts[split], keep)
 
     def _check_stream_budget(self) -> None:
         """A token budget must hold the longest pair a stream may bring, known only from
@@ -266,14 +265,14 @@ class TranslationDataModule(pl.LightningDataModule):
             desc=f"tokenising {split}",
         )
 
-    def _filter_train(self, origin: str, tokens: datasets.Dataset) -> np.ndarray:
-        """Indices of the training pairs kept: both sides non-empty and within `max_length`."""
-        source = encoding.list_lengths(tokens, "source_tokens")
-        target = encoding.list_lengths(tokens, "target_tokens")
+    def _filter_train(self, origin: str, pairs: EncodedPairs) -> np.ndarray:
+        """Indices of the training pairs kept: both sides non-empty and within `max_length`
+        (read from the ids, one per token: a warm start reads no tokenised text)."""
+        source, target = pairs.sources.lengths(), pairs.targets.lengths()
         kept = encoding.trainable(source, target, self.max_length)
         empty = np.minimum(source, target) == 0
         long = ~kept & ~empty
-        keep = np.flatnonzero(kept)
+        keep = np.flatnonzero(kept).astype(pairs.index.dtype)
         if len(keep) < len(source):
             log.info(
                 "training data %s: dropped %d pairs with an empty side and %d longer than "
@@ -288,9 +287,10 @@ class TranslationDataModule(pl.LightningDataModule):
             raise ValueError(f"no training pairs left in {origin} after filtering")
         return keep
 
-    def _build_vocabularies(self, tokens: datasets.Dataset, key: str, keep: np.ndarray) -> None:
-        """From the training pairs kept: all counts minus those of the dropped pairs. Counted
-        once per cache (the token lists of the vocabularies are cached), read by the others."""
+    def _build_vocabularies(self, tokens: datasets.Dataset, key: str) -> None:
+        """From the training pairs kept (`_filter_train`'s rule): all counts minus those of the
+        dropped pairs. Counted once per cache (the token lists of the vocabularies are cached),
+        read by the others."""
         sizes = (self.source_vocab_size, self.target_vocab_size)
         entry = (
             self.cache_dir
@@ -299,7 +299,7 @@ class TranslationDataModule(pl.LightningDataModule):
         )
         with filling(entry):
             if not entry.is_file():
-                itos = [vocab.itos for vocab in self._count_vocabularies(tokens, keep)]
+                itos = [vocab.itos for vocab in self._count_vocabularies(tokens)]
                 write_text(entry, json.dumps(itos, ensure_ascii=False))
             source, target = json.loads(entry.read_text(encoding="utf-8"))
         self.source_vocab, self.target_vocab = Vocabulary(source), Vocabulary(target)
@@ -309,8 +309,10 @@ class TranslationDataModule(pl.LightningDataModule):
             len(self.target_vocab),
         )
 
-    def _count_vocabularies(self, tokens: datasets.Dataset, keep: np.ndarray) -> list[Vocabulary]:
-        dropped = np.setdiff1d(np.arange(len(tokens)), keep)
+    def _count_vocabularies(self, tokens: datasets.Dataset) -> list[Vocabulary]:
+        source = encoding.list_lengths(tokens, "source_tokens")
+        target = encoding.list_lengths(tokens, "target_tokens")
+        dropped = np.flatnonzero(~encoding.trainable(source, target, self.max_length))
         vocabularies = []
         for column, size in (
             ("source_tokens", self.source_vocab_size),

@@ -195,12 +195,13 @@ def token_counts(tokens: datasets.Dataset, column: str, rows=None) -> Counter:
 
 
 def list_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
-    """The length of every list in a column."""
-    return pc.list_value_length(dataset.data.column(column)).to_numpy().astype(np.int64)
+    """The length of every list in a column (int32, as Arrow counts them)."""
+    return pc.list_value_length(dataset.data.column(column)).to_numpy()
 
 
 def trainable(source_length, target_length, max_length: int | None):
     """Whether training keeps a pair: no side empty, none longer than `max_length` (arrays too)."""
-    longest = np.maximum(source_length, target_length)
-    shortest = np.minimum(source_length, target_length)
-    return (shortest > 0) & (longest <= (np.inf if max_length is None else max_length))
+    nonempty = np.minimum(source_length, target_length) > 0
+    if max_length is None:
+        return nonempty
+    return nonempty & (np.maximum(source_length, target_length) <= max_length)

@@ -101,6 +101,54 @@ def test_the_entropy_bonus_pushes_toward_uniform_attention():
     assert grad[0] > 0 > grad[1]  # gradient descent lowers theta_0, raises theta_1
 
 
+def attend_twice(attention, values, mask):
+    """Two decoder steps of one batch: weights [B, 2, S]."""
+    state = attention.init_state(values, mask)
+    query = torch.zeros(len(values), 2)
+    steps = [attention(query, values, values, mask, state)[1] for _ in range(2)]
+    return torch.stack(steps, 1)
+
+
+def test_soft_sentences_attend_with_the_distribution_and_add_no_reinforce_term():
+    torch.manual_seed(0)
+    attention, values, mask = two_positions(rows=4_000, soft_probability=0.5)
+    with torch.no_grad():
+        attention.scorer.theta.copy_(torch.tensor([0.3, -0.2]))
+    pi = torch.softmax(torch.tensor([0.3, -0.2]), 0)
+    weights = attend_twice(attention, values, mask)
+    soft = torch.isclose(weights, pi).all(-1)  # [B, 2 steps]
+    hard = (weights.max(-1).values == 1.0) & (weights.sum(-1) == 1.0)
+    assert torch.all(soft ^ hard)
+    assert torch.equal(soft[:, 0], soft[:, 1])  # a sentence is soft or sampled at every step
+    assert abs(soft[:, 0].float().mean() - 0.5) < 0.03
+    # REINFORCE over the sampled sentences only: rewarding the soft ones changes nothing.
+    reward = torch.where(soft[:, 0], 100.0, REWARD[weights[:, 0].argmax(-1)])
+    attention.choices.baseline.fill_(0.0)
+    attention.choices.baseline_started.fill_(True)
+    loss, _ = reinforce_loss([attention.choices], reward, torch.ones(4_000, 2, dtype=torch.bool))
+    sampled = ~soft[:, 0]
+    chosen = weights[sampled].argmax(-1)  # [n, 2]
+    # By hand: -(1/N) sum over the sampled sentences b and their steps t of R_b (e_a_bt - pi),
+    # N = all 8,000 steps.
+    rewards = reward[sampled].view(-1, 1, 1)
+    by_hand = -(rewards * (torch.eye(2)[chosen] - pi)).sum((0, 1)) / 8_000
+    torch.testing.assert_close(torch.autograd.grad(loss, attention.scorer.theta)[0], by_hand)
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "gumbel"])
+def test_soft_probability_one_is_soft_attention_in_training(estimator):
+    attention, values, mask = two_positions(rows=3, estimator=estimator, soft_probability=1.0)
+    with torch.no_grad():
+        attention.scorer.theta.copy_(torch.tensor([1.0, -1.0]))
+    weights = attend_twice(attention, values, mask)
+    torch.testing.assert_close(weights, torch.softmax(attention.scorer.theta, 0).expand(3, 2, 2))
+
+
+def test_soft_probability_outside_zero_one_is_refused():
+    with pytest.raises(ValueError, match=r"model\.attention\.soft_probability"):
+        HardAttention(2, 2, soft_probability=1.5)
+
+
 def test_sentence_log_likelihood_sums_over_real_tokens():
     logits = torch.log(torch.tensor([[[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]]]))
     targets = torch.tensor([[1, 1, 0]])  # the last token is padding (id 0)

@@ -144,9 +144,28 @@ def test_soft_probability_one_is_soft_attention_in_training(estimator):
     torch.testing.assert_close(weights, torch.softmax(attention.scorer.theta, 0).expand(3, 2, 2))
 
 
+def test_a_per_token_reward_divides_each_sentence_log_likelihood_by_its_length():
+    torch.manual_seed(0)
+    attention, values, mask = two_positions(rows=2, reward="per_token")
+    attention.choices.baseline.fill_(0.0)
+    attention.choices.baseline_started.fill_(True)
+    weights = attend_twice(attention, values, mask)
+    targets = torch.tensor([[True, True], [True, False]])  # 2 and 1 target words
+    loss, logs = reinforce_loss([attention.choices], torch.tensor([-4.0, -1.0]), targets)
+    chosen, pi = weights.argmax(-1), torch.tensor([0.5, 0.5])
+    per_token = torch.tensor([-2.0, -1.0]).view(2, 1, 1)  # -4 / 2 and -1 / 1
+    terms = per_token * (torch.eye(2)[chosen] - pi) * targets.unsqueeze(-1)
+    torch.testing.assert_close(
+        torch.autograd.grad(loss, attention.scorer.theta)[0], -terms.sum((0, 1)) / 3
+    )
+    assert logs["reinforce/baseline"] == pytest.approx(0.9 * 0.0 + 0.1 * -1.5)
+
+
 def test_soft_probability_outside_zero_one_is_refused():
     with pytest.raises(ValueError, match=r"model\.attention\.soft_probability"):
         HardAttention(2, 2, soft_probability=1.5)
+    with pytest.raises(ValueError, match=r"model\.attention\.reward"):
+        HardAttention(2, 2, reward="bleu")
 
 
 def test_sentence_log_likelihood_sums_over_real_tokens():

@@ -21,6 +21,7 @@ from alignmt.models.attention.base import Attention, AttentionState
 from alignmt.special_tokens import PAD_ID
 
 ESTIMATORS = ("reinforce", "gumbel")
+REWARDS = ("sentence", "per_token")
 _TINY = 1e-30
 
 
@@ -60,12 +61,20 @@ class Reinforce(nn.Module):
     that its gradient is Xu et al.'s (eq. 12) for a loss that is the mean per-token NLL. The
     baseline is a moving average of the batches' mean reward (decay `baseline_decay`, started
     at the first batch's), kept as a buffer so that a resumed run continues it.
+    `reward="per_token"` divides R_b by the sentence's length: where lengths vary, the
+    sentence log-likelihood mostly measures the length, not the choices, and its advantages
+    are tens of nats where the NLL's gradient is one token's.
     """
 
-    def __init__(self, entropy_weight: float = 0.0, baseline_decay: float = 0.9):
+    def __init__(
+        self, entropy_weight: float = 0.0, baseline_decay: float = 0.9, reward: str = "sentence"
+    ):
         super().__init__()
+        if reward not in REWARDS:
+            raise ValueError(f"model.attention.reward must be one of {REWARDS}, got {reward!r}")
         self.entropy_weight = entropy_weight
         self.baseline_decay = baseline_decay
+        self.reward = reward
         self.register_buffer("baseline", torch.zeros(()))
         self.register_buffer("baseline_started", torch.zeros((), dtype=torch.bool))
         self._log_probs: list[torch.Tensor] = []
@@ -89,6 +98,8 @@ class Reinforce(nn.Module):
         if log_probs.shape != mask.shape:
             raise RuntimeError(f"{log_probs.shape} choices recorded for targets {mask.shape}")
         reward = reward.detach().float()
+        if self.reward == "per_token":
+            reward = reward / mask.sum(1).clamp_min(1)
         if not self.baseline_started:
             self.baseline.fill_(reward.mean())
             self.baseline_started.fill_(True)
@@ -121,6 +132,7 @@ class HardAttention(Attention):
     `soft_probability`: in training, each sentence attends softly (to the expected position,
     the distribution itself) with this probability, and samples otherwise: Xu et al.'s
     variance reduction (0.5 in their paper); its soft sentences add no REINFORCE term.
+    `reward`: REINFORCE's reward, the sentence's log-likelihood or that per token (`Reinforce`).
     """
 
     def __init__(
@@ -135,6 +147,7 @@ class HardAttention(Attention):
         min_temperature: float = 0.5,
         anneal_rate: float = 0.0,
         soft_probability: float = 0.0,
+        reward: str = "sentence",
     ):
         super().__init__(query_size, key_size)
         if not 0 <= soft_probability <= 1:
@@ -153,7 +166,7 @@ class HardAttention(Attention):
         self.scorer = (score or AdditiveAttention)(query_size=query_size, key_size=key_size)
         self.estimator = estimator
         reinforce = estimator == "reinforce"
-        self.choices = Reinforce(entropy_weight, baseline_decay) if reinforce else None
+        self.choices = Reinforce(entropy_weight, baseline_decay, reward) if reinforce else None
         self.initial_temperature = temperature
         self.min_temperature = min_temperature
         self.anneal_rate = anneal_rate

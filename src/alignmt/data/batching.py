@@ -162,7 +162,6 @@ class EncodedPairs(Dataset):
             index,
         )
         pairs.mapped = mapped
-        pairs.release()  # the record batches' headers, read to open the files
         return pairs
 
     def kept(self, index: np.ndarray) -> EncodedPairs:

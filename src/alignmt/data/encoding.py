@@ -33,10 +33,6 @@ from alignmt.special_tokens import UNK_ID
 
 # With num_proc unset, one process per this many rows at least (small splits stay in one).
 ROWS_PER_PROCESS = 10_000
-# Rows per record batch of a cache file. Opening a memory-mapped Arrow file reads every record
-# batch's header, and the kernel maps in 64 KiB around each page read (fault-around), so a
-# file of datasets' default 1,000-row batches costs about 65 bytes of resident pages a row.
-WRITER_BATCH_ROWS = 100_000
 
 TOKENS = datasets.Features(
     {
@@ -149,7 +145,6 @@ def _cached_map(dataset, function, key, features, cache_dir, num_proc, desc) -> 
             cache_file_name=str(cache_dir / f"{key}.arrow"),
             new_fingerprint=key,
             load_from_cache_file=True,
-            writer_batch_size=WRITER_BATCH_ROWS,
             num_proc=workers if workers > 1 else None,  # 1 would still start a pool
             desc=desc,
         )

@@ -8,7 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from alignmt.data import HubCorpus, TranslationDataModule
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler, PairBatches
+from alignmt.data.mapped import RECORD_BATCH_ROWS
+from alignmt.data.replica import write_hub_replica
 from alignmt.special_tokens import EOS_ID
 
 MIB = 2**20
@@ -99,3 +102,26 @@ def test_an_epoch_is_a_seeded_permutation_sorted_in_pools_and_cut_into_batches()
     shuffled = np.arange(len(batches))
     rng.shuffle(shuffled)
     assert [list(b) for b in sampler] == [batches[k] for k in shuffled]
+
+
+def record_batch_rows(path: Path) -> list[int]:
+    with pa.memory_map(str(path)) as source:
+        return [batch.num_rows for batch in pa.ipc.open_stream(source)]
+
+
+def test_every_arrow_file_of_the_training_data_has_large_record_batches(tmp_path):
+    """Opening a file reads every record batch's header (and maps in 64 KiB around each): the
+    hub's Arrow copy and both caches are written RECORD_BATCH_ROWS rows a batch, not 1,000."""
+    n = 2 * RECORD_BATCH_ROWS + 123
+    words = np.random.default_rng(0).integers(0, 50, size=(n, 3))
+    text = [" ".join(f"w{w}" for w in row) for row in words]
+    small = {"en": text[:10], "fr": text[:10]}
+    splits = {"train": {"en": text, "fr": text}, "validation": small, "test": small}
+    write_hub_replica(tmp_path / "wmt14", {"fr-en": splits}, train_shards=1)
+    corpus = HubCorpus(str(tmp_path / "wmt14"), "fr-en", cache_dir=str(tmp_path / "hf"))
+    module = TranslationDataModule(corpus, cache_dir=str(tmp_path / "cache"), num_proc=1)
+    module.prepare_data()
+    files = [f for f in tmp_path.rglob("*.arrow") if len(datasets.Dataset.from_file(str(f))) == n]
+    assert {f.parts[-2] for f in files} >= {"tokenized", "encoded"} and len(files) == 3
+    for f in files:
+        assert record_batch_rows(f) == [RECORD_BATCH_ROWS, RECORD_BATCH_ROWS, 123], f

@@ -166,6 +166,7 @@ class EncodedPairs(Dataset):
             index,
         )
         pairs.mapped = mapped
+        pairs.release()  # the record batches' headers, read to open the files
         return pairs
 
     def kept(self, index: np.ndarray) -> EncodedPairs:

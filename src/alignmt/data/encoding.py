@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from alignmt.atomic import write_text
 from alignmt.data.cache_lock import filling
+from alignmt.data.mapped import RECORD_BATCH_ROWS
 from alignmt.data.vocab import Vocabulary
 from alignmt.special_tokens import UNK_ID
 
@@ -140,6 +141,8 @@ def _cached_map(dataset, function, key, features, cache_dir, num_proc, desc) -> 
         result = dataset.map(
             function,
             batched=True,
+            batch_size=RECORD_BATCH_ROWS,
+            writer_batch_size=RECORD_BATCH_ROWS,  # a batch written is a batch mapped
             remove_columns=dataset.column_names,
             features=features,
             cache_file_name=str(cache_dir / f"{key}.arrow"),

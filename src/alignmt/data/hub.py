@@ -16,6 +16,7 @@ import datasets
 import numpy as np
 
 from alignmt.data.corpus import SPLITS, DataUnavailableError, ParallelText
+from alignmt.data.mapped import RECORD_BATCH_ROWS
 from alignmt.data.selection import read_selection
 from alignmt.data.sources import PAIR_FEATURES, HubSplit, LocalFiles, describe, parse_sources
 
@@ -57,7 +58,13 @@ def load_hub_split(
     """`datasets.load_dataset` with errors that name the dataset, where it looked, and the fix."""
     try:
         return datasets.load_dataset(
-            path, name, split=split, cache_dir=cache_dir, streaming=streaming, revision=revision
+            path,
+            name,
+            split=split,
+            cache_dir=cache_dir,
+            streaming=streaming,
+            revision=revision,
+            **({} if streaming else {"writer_batch_size": RECORD_BATCH_ROWS}),
         )
     except OSError as e:  # unreachable hub, offline without a cached copy, missing folder
         raise _unavailable(path, name, split, cache_dir, e) from None
@@ -230,6 +237,7 @@ class HubCorpus:
                 features=PAIR_FEATURES,
                 cache_dir=self.cache_dir,
                 split=hub_split,
+                writer_batch_size=RECORD_BATCH_ROWS,
                 gen_kwargs=dict(
                     path=self.path,
                     name=self.name,

@@ -5,6 +5,11 @@ WMT reads the whole encoded cache: through `datasets`' own maps a training proce
 to the size of that cache. The pages of a read-only shared map belong to the kernel's page
 cache; dropping them from the process (`MADV_DONTNEED`) costs only a page fault when they are
 read again, so `release()` keeps RSS at what the process itself allocates.
+
+Opening an Arrow file reads the header of every record batch in it, and the kernel maps in
+64 KiB around each page read (fault-around, which no `madvise` turns off): with `datasets`'
+default of 1,000 rows a batch, every opening of a WMT-sized file would bring gigabytes of
+pages in. So every Arrow file we have written holds record batches of `RECORD_BATCH_ROWS`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+
+# Rows per record batch of the Arrow files we have written (the corpora's, the caches').
+RECORD_BATCH_ROWS = 10_000
 
 
 class MappedTable:

@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 
 from alignmt.data.corpus import DataUnavailableError
+from alignmt.data.mapped import RECORD_BATCH_ROWS
 
 PAIR_FEATURES = datasets.Features(
     {"source": datasets.Value("string"), "target": datasets.Value("string")}
@@ -80,6 +81,7 @@ class LocalFiles:
                 _line_pairs,
                 features=PAIR_FEATURES,
                 cache_dir=cache_dir,
+                writer_batch_size=RECORD_BATCH_ROWS,
                 gen_kwargs={"source": str(source), "target": str(target), "stamps": stamps},
             )
         except datasets.exceptions.DatasetGenerationError as e:

@@ -92,7 +92,8 @@ def test_empty_lines_leave_training_with_a_count_and_stay_in_test(tmp_path, capl
     with caplog.at_level(logging.INFO):
         dm.setup("fit")
     assert "dropped 2 pairs with an empty side and 0 longer than" in caplog.text
-    assert list(dm.text["train"].sources) == ["a b", "e"] and len(dm.pairs["train"]) == 2
+    kept = [dm.text["train"].sources[i] for i in dm.pairs["train"].index]
+    assert kept == ["a b", "e"] and len(dm.pairs["train"]) == 2
     assert dm.text["test"].sources == ["a b", "", "c"] and len(dm.pairs["test"]) == 3
     batch = next(iter(dm.test_dataloader()))
     assert sorted(batch.indices.tolist()) == [0, 1, 2]
@@ -198,3 +199,39 @@ def test_the_text_files_config_composes_with_word_or_whitespace_tokens(tmp_path)
     spaces = instantiate(compose_config("train", [*base, "data/tokenizer=whitespace"]).data)
     spaces.setup("fit")
     assert spaces.source_vocab.itos[4:] == ["Hallo,", "Welt!"]
+
+
+def test_gold_alignments_of_a_filtered_training_split_are_each_pairs_own(tmp_path):
+    """Pairs dropped by the length filter shift the positions of those after them: each
+    batch row must still carry the links of its own pair."""
+    train = {
+        "a b": ("x y", "0-1 1-0"),
+        "c d e": ("", "0-0"),  # dropped: empty target
+        "f g h i j k": ("u", "0-0"),  # dropped: longer than max_length=4
+        "l m n": ("v w t", "0-0 1-2 2-1"),
+        "o": ("q r", "0-1"),
+    }
+    splits = {"valid": (["a"], ["x"]), "test": (["a"], ["x"])}
+    files = {}
+    for split, rows in (("train", train), *splits.items()):
+        sources = list(rows) if split == "train" else rows[0]
+        targets = [train[s][0] for s in sources] if split == "train" else rows[1]
+        files[split] = {
+            "source": write(tmp_path / f"{split}.src", sources),
+            "target": write(tmp_path / f"{split}.tgt", targets),
+        }
+    files["train"]["alignment"] = write(tmp_path / "train.align", [g for _, g in train.values()])
+    corpus = TextFilesCorpus(**files, source_lang="de", target_lang="en")
+    dm = TranslationDataModule(
+        corpus, WhitespaceTokenizer(), max_length=4, batch_size=8, cache_dir=str(tmp_path / "c")
+    )
+    dm.setup("fit")
+    dm.carry_gold_alignments()
+    batch = next(iter(dm.train_dataloader()))
+    assert len(batch) == 3
+    for row in range(3):
+        words = dm.source_vocab.decode(batch.src[row, : int(batch.src_lengths[row]) - 1].tolist())
+        sentence = " ".join(words)
+        expected = {tuple(map(int, link.split("-"))) for link in train[sentence][1].split()}
+        links = {(s, t) for t, s in batch.alignment[row].nonzero().tolist()}
+        assert links == expected, sentence

@@ -94,7 +94,7 @@ class BatchAnnotations:
     """Adds gold alignments (`gold`) and copy ids (`copy`) to the batches of one split.
 
     `tokens` is the split's tokenised Arrow dataset (`source_tokens`, `target_tokens`) and
-    `rows[i]` its row of pair i; `text` the split's text as kept (pair i at i), whose gold lines
+    `rows[i]` its row of pair i, in it and in `text`, the split's text, whose gold lines
     index words (`alignment_unit="words"`, mapped to tokens by the tokenisers' `word_ids`)
     or tokens."""
 
@@ -138,7 +138,8 @@ class BatchAnnotations:
         target_lengths = ((batch.tgt_out != PAD_ID).sum(1) - 1).tolist()
         source_lengths = (batch.src_lengths - 1).tolist()
         source_tokenizer, target_tokenizer = self.tokenizers
-        for row, i in enumerate(pairs):
+        for row, pair in enumerate(pairs):
+            i = int(self.rows[pair])
             S, T = source_lengths[row], target_lengths[row]
             if self.alignment_unit == "words":
                 source = source_tokenizer.word_ids(self.text.sources[i])

@@ -187,7 +187,9 @@ class TranslationDataModule(pl.LightningDataModule):
             keep = self._filter_train(texts[split].origin, pairs) if split == "train" else None
             self.pairs[split] = pairs if keep is None else pairs.kept(keep)
             self.tokens[split] = tokenized
-            self.text[split] = self._kept_text(texts[split], keep)
+            # training text stays whole (pair i at row pairs.index[i]): selecting the pairs
+            # kept would cost memory per pair for what only annotations read
+            self.text[split] = texts[split] if split == "train" else texts[split].as_lists()
 
     def _check_stream_budget(self) -> None:
         """A token budget must hold the longest pair a stream may bring, known only from
@@ -220,13 +222,6 @@ class TranslationDataModule(pl.LightningDataModule):
             [row["target"] for row in rows],
             origin=f"the first {len(rows)} pairs of the training stream",
         )
-
-    @staticmethod
-    def _kept_text(text: ParallelText, keep: np.ndarray | None) -> ParallelText:
-        """Training text as filtered (lazy for Arrow); evaluation text as plain lists."""
-        if keep is not None:
-            return text if len(keep) == len(text) else text.select(keep)
-        return text.as_lists()
 
     def _fit_tokenizers(self, train: datasets.Dataset, train_key: str) -> None:
         """Train SentencePiece models on the training text (or load them from the cache).

@@ -1,6 +1,7 @@
 """Data preparation at WMT scale, measured on a synthetic replica of the hub's wmt/wmt14 layout.
 
     python benchmarks/data_pipeline.py [--pairs 1000000] [--procs 1,all] [--tokenizers word,subword]
+                                       [--memory-pairs 2000000]
 
 Writes N en/fr pairs in the hub's layout (Parquet shards with a `Translation` feature and a
 dataset card; sentence lengths 5-80 words, log-normal like news text; a Zipfian vocabulary of
@@ -11,7 +12,11 @@ time to build one epoch of token-budget batches (measured on 40.8M lengths); the
 on disk; and, in a fresh process on the warm cache, the start-up time to the first training
 batch and, over one whole epoch of training batches, the peak RSS (the kernel's high-water
 mark) and the peaks of its two parts, the process's own (anonymous) memory and pages of
-memory-mapped files (sampled every 10 ms). Figures are printed, never asserted.
+memory-mapped files (sampled every 10 ms). With `--memory-pairs M`, the word tokeniser's
+warm start is measured again on a replica of M pairs, and the peaks are extrapolated to 40.8M
+pairs along the line through the two sizes (both should exceed what an epoch's pages between
+two hand-backs can hold, about 1M pairs, or the slope overstates). Figures are printed, never
+asserted.
 """
 
 from __future__ import annotations
@@ -243,11 +248,14 @@ def report(name: str, n: int, procs: int, figures: dict) -> None:
     )
 
 
-def run_tokenizer(args, work: Path, replica: Path, tokenizer: str, all_procs: int) -> np.ndarray:
+def run_tokenizer(
+    args, work: Path, replica: Path, tokenizer: str, all_procs: int, procs_list: list[str]
+) -> tuple[np.ndarray, dict]:
+    """The figures of each process count; returns the lengths and the last warm start's."""
     from alignmt.data.encoding import cpu_count
 
-    lengths = None
-    for procs in args.procs:
+    lengths = warm = None
+    for procs in procs_list:
         count = all_procs if procs == "all" else int(procs)
         cache = work / f"cache-{tokenizer}-{count}"
         spec = dict(
@@ -277,7 +285,26 @@ def run_tokenizer(args, work: Path, replica: Path, tokenizer: str, all_procs: in
             "memory-mapped file pages"
         )
         lengths = figures["lengths"]
-    return lengths
+    return lengths, warm
+
+
+def extrapolate_memory(small: tuple[int, dict], large: tuple[int, dict]) -> None:
+    """The peaks at 40.8M pairs on the line through two replica sizes."""
+    (n1, w1), (n2, w2) = small, large
+    print(f"memory at {WMT14_FR_EN_PAIRS:,} pairs, on the line through {n1:,} and {n2:,} pairs:")
+    parts = {
+        "peak RSS beyond the imports": lambda w: w["peak_kib"] - w["baseline_kib"],
+        "anonymous peak": lambda w: w["anon_peak_kib"],
+        "file-backed peak": lambda w: w["file_peak_kib"],
+    }
+    for name, value in parts.items():
+        a, b = value(w1) / 2**20, value(w2) / 2**20
+        slope = (b - a) / (n2 - n1)
+        at_wmt = b + slope * (WMT14_FR_EN_PAIRS - n2)
+        print(
+            f"  {name}: {a:.2f} GiB at {n1:,}, {b:.2f} GiB at {n2:,} "
+            f"({slope * 1e6:.3f} GiB per million pairs): {at_wmt:.2f} GiB"
+        )
 
 
 def main() -> None:
@@ -291,6 +318,9 @@ def main() -> None:
     parser.add_argument("--epoch-pairs", type=int, default=WMT14_FR_EN_PAIRS)
     parser.add_argument(
         "--batches", type=int, default=0, help="taken when measuring RSS (0: one whole epoch)"
+    )
+    parser.add_argument(
+        "--memory-pairs", type=int, default=0, help="a second size for the memory extrapolation"
     )
     parser.add_argument("--workdir", default=None, help="kept if given; else a temporary one")
     parser.add_argument("--warm-start", default=None, help=argparse.SUPPRESS)
@@ -307,12 +337,22 @@ def main() -> None:
     seconds = time.perf_counter() - started
     print(f"replica of {args.pairs:,} pairs written in {seconds:.1f} s: {replica}")
     try:
-        lengths = None
+        lengths = word_warm = None
         for tokenizer in args.tokenizers.split(","):
             print(f"{tokenizer} tokeniser")
-            lengths = run_tokenizer(args, work, replica, tokenizer, cpu_count())
+            lengths, warm = run_tokenizer(args, work, replica, tokenizer, cpu_count(), args.procs)
+            word_warm = warm if tokenizer == "word" else word_warm
         if lengths is not None:
             time_epoch_batches(args.epoch_pairs, args.max_tokens, lengths)
+        if args.memory_pairs:
+            larger = write_replica(work / f"wmt14-{args.memory_pairs}", args.memory_pairs)
+            print(f"word tokeniser, {args.memory_pairs:,} pairs")
+            if word_warm is None:
+                raise SystemExit("--memory-pairs extends the word tokeniser's figures")
+            _, warm = run_tokenizer(
+                args, work / "memory", larger, "word", cpu_count(), [args.procs[-1]]
+            )
+            extrapolate_memory((args.pairs, word_warm), (args.memory_pairs, warm))
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

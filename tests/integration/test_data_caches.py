@@ -98,7 +98,8 @@ def test_a_map_killed_midway_is_rebuilt_and_gives_what_a_clean_run_gives(
     run_killed(
         {"module": module, "owner": owner, "method": method, "call": call},
         f"""
-        from alignmt.data import ToyCorpus, TranslationDataModule
+        from alignmt.data import ToyCorpus, TranslationDataModule, encoding
+        encoding.RECORD_BATCH_ROWS = 1000  # so that a batch is written before the kill
         corpus = ToyCorpus({str(toy_cache)!r}, **{TOY!r})
         cache = {str(tmp_path / "killed")!r}
         TranslationDataModule(corpus, max_length=None, cache_dir=cache).setup("fit")

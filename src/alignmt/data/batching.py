@@ -12,12 +12,6 @@ from torch.utils.data import Dataset, Sampler
 from alignmt.data.mapped import MappedTable
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
-# Batches built between handing back the cache pages read (`mapped`). Each pair read maps in
-# 64 KiB around it (fault-around), so until the pages are handed back a random epoch order
-# keeps about RELEASE_EVERY x pairs a batch x 128 KiB resident: few batches keep that small
-# at any corpus size, and handing back costs a fraction of a millisecond.
-RELEASE_EVERY = 8
-
 
 def index_dtype(n: int) -> type:
     """The narrowest integer type that indexes `n` pairs: int32 (half of int64 at WMT's 40M)."""
@@ -91,13 +85,24 @@ class RaggedIds:
     """Id sequences stored flat, as Arrow stores list columns: values plus offsets per chunk.
 
     No Python object per sentence, and for Arrow data no copy: the arrays are views of the
-    memory-mapped cache file, which DataLoader workers share.
+    memory-mapped cache file. Given that file's map (`mapped`), a sequence is read from the
+    file by position instead, so that reading the whole epoch maps none of it in.
     """
 
-    def __init__(self, chunks: Sequence[tuple[np.ndarray, np.ndarray]]):
+    def __init__(
+        self, chunks: Sequence[tuple[np.ndarray, np.ndarray]], mapped: MappedTable | None = None
+    ):
         self.values = [values for values, _ in chunks]
         self.offsets = [offsets for _, offsets in chunks]
         self.starts = np.cumsum([0, *(len(o) - 1 for o in self.offsets)])
+        self._where = [
+            None if mapped is None else (mapped.locate(values), mapped.locate(offsets))
+            for values, offsets in chunks
+        ]
+
+    def __getstate__(self) -> dict:
+        """File numbers mean nothing in another process: a copy reads its arrays."""
+        return {**self.__dict__, "_where": [None] * len(self.values)}
 
     @classmethod
     def from_lists(cls, sequences: Sequence[Sequence[int]]) -> RaggedIds:
@@ -106,19 +111,23 @@ class RaggedIds:
         return cls([(values, np.concatenate([[0], np.cumsum(lengths)]))])
 
     @classmethod
-    def from_arrow(cls, column) -> RaggedIds:
-        """A pyarrow (chunked) list column without nulls."""
+    def from_arrow(cls, column, mapped: MappedTable | None = None) -> RaggedIds:
+        """A pyarrow (chunked) list column without nulls (held in `mapped`'s files, if given)."""
         chunks = getattr(column, "chunks", [column])
-        return cls([(c.values.to_numpy(), c.offsets.to_numpy()) for c in chunks if len(c)])
+        return cls([(c.values.to_numpy(), c.offsets.to_numpy()) for c in chunks if len(c)], mapped)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
     def __getitem__(self, i: int) -> np.ndarray:
         chunk = int(np.searchsorted(self.starts, i, side="right")) - 1
-        j = i - self.starts[chunk]
-        offsets = self.offsets[chunk]
-        return self.values[chunk][offsets[j] : offsets[j + 1]]
+        j = int(i - self.starts[chunk])
+        values, offsets = self.values[chunk], self.offsets[chunk]
+        where = self._where[chunk]
+        if where is None or where[0] is None or where[1] is None:
+            return values[offsets[j] : offsets[j + 1]]
+        start, stop = MappedTable.read(where[1], offsets.dtype, j, j + 2)
+        return MappedTable.read(where[0], values.dtype, int(start), int(stop))
 
     def lengths(self) -> np.ndarray:
         """int32, as Arrow's list offsets: 4 bytes a sentence, not 8, at WMT's 40M."""
@@ -133,7 +142,8 @@ class EncodedPairs(Dataset):
     `index`, if given, keeps only those pairs (the length filter), in that order.
     `annotate`, if set, adds what a model or a loss needs beside the ids to every batch
     built from these pairs (`alignmt.data.annotations`). `mapped`, for ids read from cache
-    files, is their map, whose pages `release` hands back.
+    files, is their map, whose pages read to open them or for the lengths `release` hands
+    back.
     """
 
     annotate: Callable[[Batch], Batch] | None = None
@@ -165,8 +175,8 @@ class EncodedPairs(Dataset):
         if table.num_rows != len(encoded):
             raise ValueError(f"cache files {files}: {table.num_rows} rows, not {len(encoded)}")
         pairs = cls(
-            RaggedIds.from_arrow(table.column("source_ids")),
-            RaggedIds.from_arrow(table.column("target_ids")),
+            RaggedIds.from_arrow(table.column("source_ids"), mapped),
+            RaggedIds.from_arrow(table.column("target_ids"), mapped),
             index,
         )
         pairs.mapped = mapped
@@ -228,13 +238,9 @@ class PairBatches(Dataset):
 
     def __init__(self, pairs: EncodedPairs):
         self.pairs = pairs
-        self._built = 0
 
     def __getitem__(self, indices: BatchIndices) -> Batch:
         batch = collate([self.pairs[i] for i in indices])
-        self._built += 1
-        if self._built % RELEASE_EVERY == 0:
-            self.pairs.release()
         batch.position = getattr(indices, "position", None)
         if self.pairs.annotate is not None:
             batch = self.pairs.annotate(batch)

@@ -1,5 +1,6 @@
 """What the training data costs in memory: cache pages handed back, narrow index arrays."""
 
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -150,3 +151,11 @@ def test_every_arrow_file_of_the_training_data_has_large_record_batches(tmp_path
     assert {f.parts[-2] for f in files} >= {"tokenized", "encoded"} and len(files) == 3
     for f in files:
         assert record_batch_rows(f) == [RECORD_BATCH_ROWS, RECORD_BATCH_ROWS, 123], f
+
+
+def test_a_cache_file_cut_short_while_in_use_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "ids.arrow"
+    pairs = EncodedPairs.from_arrow(encoded_cache(path, 100, 7))
+    os.truncate(path, path.stat().st_size // 2)
+    with pytest.raises(OSError, match=f"cache file {path} ends at byte"):
+        pairs[99]

@@ -47,25 +47,28 @@ class MappedTable:
             tables.append(pa.ipc.open_stream(buffer).read_all())
         self.table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
-    def locate(self, array: np.ndarray) -> tuple[int, int] | None:
-        """(file number, byte position) where a view of one of the maps starts; None where
-        it is not one, or where this platform cannot read by position."""
+    def locate(self, array: np.ndarray) -> tuple[int, int, str] | None:
+        """(file number, byte position, path) where a view of one of the maps starts; None
+        where it is not one, or where this platform cannot read by position."""
         if not hasattr(os, "pread"):
             return None
         address = array.__array_interface__["data"][0]
-        for f, start, mapped in zip(self._files, self._starts, self._maps, strict=True):
+        for f, start, mapped, path in zip(
+            self._files, self._starts, self._maps, self.paths, strict=True
+        ):
             if start <= address < start + len(mapped):
-                return f.fileno(), address - start
+                return f.fileno(), address - start, path
         return None
 
     @staticmethod
-    def read(where: tuple[int, int], dtype: np.dtype, start: int, stop: int) -> np.ndarray:
+    def read(where: tuple[int, int, str], dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         """Items start..stop of the array `locate` found at `where`, read (not mapped)."""
-        fd, position = where
+        fd, position, path = where
         size = np.dtype(dtype).itemsize
         data = os.pread(fd, (stop - start) * size, position + start * size)
         if len(data) != (stop - start) * size:
-            raise OSError(f"cache file ended early at byte {position + start * size + len(data)}")
+            end = position + start * size + len(data)
+            raise OSError(f"cache file {path} ends at byte {end}: changed while in use?")
         return np.frombuffer(data, dtype)
 
     def release(self) -> None:

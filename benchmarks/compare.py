@@ -14,7 +14,7 @@ none always runs first. Sections (each can be left out):
   `exact`ly, which at a fixed length does the work `early` stopping does: every hypothesis
   ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
   alignmt decodes at each of `--precisions`: float32 (exact, the default) and bfloat16 (the
-  model's steps under autocast; columns "... bf16").
+  bfloat16 copy of the model; columns "... bf16").
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
 - trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own

@@ -1,12 +1,19 @@
 """Decoding precision: float32 is the searches' exact default, bfloat16 an explicit option."""
 
+import copy
+
 import pytest
 import torch
 
+from alignmt.config import instantiate
 from alignmt.decoding import BeamSearch, GreedySearch
+from alignmt.decoding.precision import model_at
 from alignmt.models import Luong, RNNSearch
 from alignmt.models.attention import AdditiveAttention
+from alignmt.models.copy import WithSourceCopy
+from alignmt.models.ensemble import Ensemble
 from alignmt.special_tokens import EOS_ID
+from tests.conftest import compose_config
 
 MODELS = {
     "rnnsearch": lambda: RNNSearch(40, 30, 8, 6, 10, 4),
@@ -53,3 +60,84 @@ def test_float32_is_the_default_and_the_same_search():
     assert [[(h.tokens, h.score) for h in n] for n in default] == [
         [(h.tokens, h.score) for h in n] for n in explicit
     ]
+
+
+BAHDANAU = dict(embedding_dim=8, encoder_hidden_size=6, decoder_hidden_size=12, maxout_size=4)
+FAMILIES = {
+    "rnnsearch": BAHDANAU,
+    "rnnencdec": BAHDANAU,
+    "luong": dict(embedding_dim=8, hidden_size=12),
+}
+
+
+def configured(family: str, *overrides: str):
+    cfg = compose_config("train", [f"model={family}", *overrides])
+    torch.manual_seed(0)
+    return instantiate(cfg.model, src_vocab_size=40, tgt_vocab_size=30, **FAMILIES[family]).eval()
+
+
+@pytest.mark.parametrize(
+    "family, overrides",
+    [
+        ("rnnsearch", []),
+        ("rnnsearch", ["model/coverage=neural"]),
+        ("luong", ["model.input_feeding=true"]),
+        ("luong", ["model/attention=local_p"]),
+        ("rnnencdec", []),
+    ],
+)
+def test_every_model_family_decodes_in_bfloat16(family, overrides):
+    model = configured(family, *overrides)
+    src, lengths = sources()
+    for search in (GreedySearch, BeamSearch):
+        out = search(max_length=4, min_length=4, precision="bfloat16")(model, src, lengths)
+        assert [len(n[0].tokens) for n in out] == [4, 4, 4]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_a_copying_model_decodes_in_bfloat16_with_its_batchs_copy_ids():
+    model = configured("rnnsearch", "model/copy=pointer_generator")
+    src, lengths = sources()
+    src_copy = src.clone()
+    src_copy[src_copy == 7] = 30  # a source word outside the target vocabulary, copied as 30
+    bound = WithSourceCopy(model, src_copy)
+    out = GreedySearch(max_length=4, min_length=4, precision="bfloat16")(bound, src, lengths)
+    assert [len(n[0].tokens) for n in out] == [4, 4, 4]
+    assert isinstance(model_at("bfloat16", bound), WithSourceCopy)
+    assert model_at("bfloat16", bound).model is model_at("bfloat16", model)
+
+
+def test_an_ensemble_decodes_in_bfloat16():
+    members = [configured("rnnsearch"), configured("luong")]
+    src, lengths = sources()
+    out = BeamSearch(beam_size=2, max_length=3, precision="bfloat16")(
+        Ensemble(members).eval(), src, lengths
+    )
+    assert all(len(n[0].tokens) <= 3 for n in out)
+
+
+def test_the_bfloat16_copy_is_made_once_and_again_after_the_weights_change():
+    model = configured("luong")
+    first = model_at("bfloat16", model)
+    assert model_at("bfloat16", model) is first and model_at("float32", model) is model
+    assert {p.dtype for p in first.parameters()} == {torch.bfloat16}
+
+    with torch.no_grad():  # what an optimiser step does: the float32 weights change in place
+        for p in model.parameters():
+            p.mul_(-1.5)
+    second = model_at("bfloat16", model)
+    assert second is not first
+    for low, p in zip(second.parameters(), model.parameters(), strict=True):
+        assert torch.equal(low, p.to(torch.bfloat16))
+
+    src, lengths = sources()
+    search = GreedySearch(max_length=4, precision="bfloat16")
+    fresh = GreedySearch(max_length=4)(copy.deepcopy(model).to(torch.bfloat16), src, lengths)
+    assert [h[0].tokens for h in search(model, src, lengths)] == [h[0].tokens for h in fresh]
+
+
+def test_the_bfloat16_copy_follows_the_models_mode():
+    model = configured("luong")
+    assert not model_at("bfloat16", model).training
+    model.train()
+    assert model_at("bfloat16", model).training

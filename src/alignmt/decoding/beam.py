@@ -14,7 +14,7 @@ from alignmt.decoding.hypothesis import (
     constrain,
     max_output_lengths,
 )
-from alignmt.decoding.precision import check_precision, model_precision
+from alignmt.decoding.precision import check_precision, model_at
 from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID
 
@@ -60,8 +60,8 @@ class BeamSearch:
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
-    "No UNK" evaluation), which a call can also ask for alone. `precision="bfloat16"` runs the
-    model's steps in bfloat16 (decoding/precision.py).
+    "No UNK" evaluation), which a call can also ask for alone. `precision="bfloat16"` runs a
+    bfloat16 copy of the model (decoding/precision.py).
     """
 
     # Forbidding [UNK] can change outputs that hold none (other beams survive).
@@ -138,8 +138,7 @@ class BeamSearch:
         if self.coverage_penalty and not model.has_attention:
             raise ValueError("coverage_penalty needs a model with attention")
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
-        with model_precision(self.precision, src.device):
-            return self._search(model, src, src_lengths, banned)
+        return self._search(model_at(self.precision, model), src, src_lengths, banned)
 
     def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         beams = _Beams.start(self, model, src, src_lengths)

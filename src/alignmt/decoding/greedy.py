@@ -11,7 +11,7 @@ from alignmt.decoding.hypothesis import (
     constrain,
     max_output_lengths,
 )
-from alignmt.decoding.precision import check_precision, model_precision
+from alignmt.decoding.precision import check_precision, model_at
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -23,7 +23,7 @@ class GreedySearch:
     max_length fixes every output's length. Finished sentences leave the active batch so the
     remaining steps run on fewer rows. [PAD] and [BOS] are never generated, nor [UNK] with
     `forbid_unk` (the paper's "No UNK" evaluation), which a call can also ask for alone.
-    `precision="bfloat16"` runs the model's steps in bfloat16 (decoding/precision.py)."""
+    `precision="bfloat16"` runs a bfloat16 copy of the model (decoding/precision.py)."""
 
     # An output without [UNK] is also what the search gives with [UNK] forbidden.
     unk_free_outputs_are_final = True
@@ -56,8 +56,7 @@ class GreedySearch:
         forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
-        with model_precision(self.precision, src.device):
-            return self._search(model, src, src_lengths, banned)
+        return self._search(model_at(self.precision, model), src, src_lengths, banned)
 
     def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         B, S = src.shape

@@ -253,11 +253,12 @@ class MinimumRiskTraining(Objective):
     def _draws(self, model: Seq2Seq, batch: Batch) -> list[list[tuple[int, ...]]]:
         K, B = self.candidates, len(batch)
         rows = torch.arange(B).repeat_interleave(K)
-        lengths = batch.src_lengths[rows]
-        caps = max_output_lengths(lengths, self.max_length_ratio, self.max_length_offset)
-        src = batch.src[rows.to(batch.src.device)]
+        caps = max_output_lengths(
+            batch.src_lengths[rows], self.max_length_ratio, self.max_length_offset
+        )
         nothing = batch.tgt_out[rows.to(batch.src.device), :0]  # no reference token is fed
-        run = rollout(model, src, lengths, nothing, torch.zeros(B * K, dtype=torch.long), caps)
+        keep = torch.zeros(B * K, dtype=torch.long)
+        run = rollout(model, batch.src, batch.src_lengths, nothing, keep, caps, sources=rows)
         drawn = [words_of(row) for row in run.tokens.tolist()]
         return [drawn[b * K : (b + 1) * K] for b in range(B)]
 
@@ -268,7 +269,7 @@ class MinimumRiskTraining(Objective):
         slot = torch.tensor([k for c in sets for k in range(len(c))], device=device)
         tgt_in, tgt_out = padded_sequences([y for c in sets for y in c], device)
         log_probs = sequence_log_probs(
-            task.model, batch.src[owner], batch.src_lengths[owner.cpu()], tgt_in, tgt_out
+            task.model, batch.src, batch.src_lengths, owner, tgt_in, tgt_out
         )
         rewards = output_rewards(task, self.reward, tgt_out, batch.tgt_out[owner])
 
@@ -309,11 +310,14 @@ def sequence_log_probs(
     model: Seq2Seq,
     src: torch.Tensor,
     src_lengths: torch.Tensor,
+    sources: torch.Tensor,
     tgt_in: torch.Tensor,
     tgt_out: torch.Tensor,
 ) -> torch.Tensor:
-    """[N] log P(y|x) of each target (`tgt_out`, [EOS] included): the teacher-forced sum of its
-    tokens' log-probabilities."""
-    logits = model(src, src_lengths, tgt_in).logits.float()
+    """[N] log P(y|x) of each target (`tgt_out`, [EOS] included) given its source, row
+    `sources[n]` of `src` (each source is encoded once for all its targets): the
+    teacher-forced sum of its tokens' log-probabilities."""
+    encoded = model.encoder(src, src_lengths).index_select(sources.to(src.device))
+    logits = model.decode(encoded, tgt_in).logits.float()
     tokens = torch.log_softmax(logits, dim=-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)
     return tokens.masked_fill(tgt_out == PAD_ID, 0.0).sum(1)

@@ -53,13 +53,19 @@ def rollout(
     reference: torch.Tensor,
     keep: torch.Tensor,
     caps: torch.Tensor,
+    sources: torch.Tensor | None = None,
 ) -> Rollout:
     """`reference` [B, T_ref] (y_1 .. y_n [EOS], padded); `keep` [B]: reference tokens fed
     before sampling starts (at most the reference's length); `caps` [B]: words allowed before
     [EOS] is forced on sampled steps (`decoding.hypothesis.max_output_lengths`, the searches'
-    rule). Never draws [PAD] or [BOS]. Finished sentences leave the batch, as in greedy search."""
-    B, device = src.size(0), src.device
+    rule). Never draws [PAD] or [BOS]. Finished sentences leave the batch, as in greedy search.
+    `sources` [B]: the row of `src` each output reads (several draws of one sentence encode it
+    once); default: row b for output b."""
     memory, state = model.start(src, src_lengths)
+    if sources is not None:
+        sources = sources.to(src.device)
+        memory, state = memory.index_select(sources), reorder_state(state, sources)
+    B, device = reference.size(0), src.device
     keep, caps = keep.to(device), caps.to(device)
     active = torch.arange(B, device=device)  # the rows still writing
     prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)

@@ -97,7 +97,10 @@ def test_reinforce_moves_a_drawn_output_with_its_reward_against_the_baseline(
     def log_p() -> float:
         with torch.no_grad():
             tgt = padded_sequences([output], batch.src.device)
-            return float(sequence_log_probs(task.model, batch.src, batch.src_lengths, *tgt)[0])
+            first = torch.tensor([0])
+            return float(
+                sequence_log_probs(task.model, batch.src, batch.src_lengths, first, *tgt)[0]
+            )
 
     before = log_p()
     assert before == pytest.approx(float(run.log_probs[0][run.mask[0]].sum()), abs=1e-4)
@@ -133,9 +136,49 @@ def test_mixer_feeds_all_but_the_last_delta_reference_tokens(built, monkeypatch)
     outputs = [words_of(row) for row in run.tokens.tolist()]
     with torch.no_grad():
         tgt = padded_sequences(outputs, batch.src.device)
-        forced = sequence_log_probs(done.task.model, batch.src, batch.src_lengths, *tgt)
+        rows = torch.arange(len(outputs))
+        forced = sequence_log_probs(done.task.model, batch.src, batch.src_lengths, rows, *tgt)
     drawn_sums = (run.log_probs * run.mask).sum(1).detach()
     torch.testing.assert_close(drawn_sums, forced, atol=1e-3, rtol=1e-4)
+
+
+def test_several_outputs_of_one_source_score_as_if_each_had_its_own_copy(built):
+    done, batch = built("objective=mrt")
+    model = done.task.model
+    owner = torch.tensor([0, 0, 1, 2, 2, 2])
+    outputs = [(5, 6), (7,), (8, 9, 10), (6,), (), (9, 9)]
+    tgt_in, tgt_out = padded_sequences(outputs, batch.src.device)
+    shared = sequence_log_probs(model, batch.src, batch.src_lengths, owner, tgt_in, tgt_out)
+    shared_grads = torch.autograd.grad(shared.sum(), list(model.parameters()), allow_unused=True)
+    # the definition: each output scored with the whole model on its own copy of the source
+    logits = model(batch.src[owner], batch.src_lengths[owner], tgt_in).logits.float()
+    tokens = torch.log_softmax(logits, -1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)
+    own = tokens.masked_fill(tgt_out == PAD_ID, 0.0).sum(1)
+    own_grads = torch.autograd.grad(own.sum(), list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(shared, own, atol=1e-5, rtol=1e-5)
+    for a, b in zip(shared_grads, own_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_draws_of_one_source_encoded_once_are_the_draws_of_its_copies(built):
+    done, batch = built("objective=mrt")
+    model, K = done.task.model, 3
+    rows = torch.arange(len(batch)).repeat_interleave(K)
+    caps = torch.full((len(rows),), 6)
+    nothing, keep = batch.tgt_out[rows, :0], torch.zeros(len(rows), dtype=torch.long)
+    with torch.no_grad():
+        torch.manual_seed(7)
+        once = objectives.rollout(
+            model, batch.src, batch.src_lengths, nothing, keep, caps, sources=rows
+        )
+        torch.manual_seed(7)
+        copies = objectives.rollout(
+            model, batch.src[rows], batch.src_lengths[rows], nothing, keep, caps
+        )
+    assert torch.equal(once.tokens, copies.tokens)
+    torch.testing.assert_close(once.log_probs, copies.log_probs, atol=1e-5, rtol=1e-5)
 
 
 def test_mrt_candidate_sets_are_distinct_draws_and_the_reference(built):

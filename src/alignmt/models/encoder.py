@@ -23,6 +23,10 @@ class EncoderOutput(NamedTuple):
         the first)."""
         return self.hidden[:, -1]
 
+    def index_select(self, rows: torch.Tensor) -> EncoderOutput:
+        """The encodings of sentences `rows` [N] (with repeats: several outputs of one source)."""
+        return EncoderOutput(*(None if x is None else x.index_select(0, rows) for x in self))
+
 
 RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 

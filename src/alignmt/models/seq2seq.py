@@ -184,9 +184,21 @@ class Seq2Seq(nn.Module):
         feed: Feed | None = None,
         src_copy: torch.Tensor | None = None,
     ) -> DecoderOutput:
-        if self.fast_path is not None and not self.copies_source:
-            return self.fast_path(self.encoder(src, src_lengths), tgt_in, feed)
+        if not self.copies_source:
+            return self.decode(self.encoder(src, src_lengths), tgt_in, feed)
         memory, state = self.start(src, src_lengths, src_copy)
+        return self.decoder(tgt_in, memory, state, feed)
+
+    def decode(
+        self, encoded: EncoderOutput, tgt_in: torch.Tensor, feed: Feed | None = None
+    ) -> DecoderOutput:
+        """The decoder's forward pass on an encoder output (a decoder that does not copy): what
+        scores several outputs of one source without encoding it again."""
+        if self.copies_source:
+            raise ValueError("a copying decoder starts from the batch's copy ids: use forward")
+        if self.fast_path is not None:
+            return self.fast_path(encoded, tgt_in, feed)
+        memory, state = self.decoder.start(encoded)
         return self.decoder(tgt_in, memory, state, feed)
 
     def step(

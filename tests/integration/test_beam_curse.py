@@ -73,3 +73,19 @@ def test_search_scores_need_a_ranking_score_and_prefix_dependence_runs(trained_r
     assert metrics["test/prefix_dependence/prefix_positions"] > 0
     assert 0.0 <= metrics["test/prefix_dependence/prefix_tv"] <= 1.0
     assert metrics["test/prefix_dependence/source_kl"] >= 0.0
+
+
+def test_the_table_gives_shares_in_per_cent_so_one_sentence_in_a_thousand_shows():
+    row = {"ranking": "log P", "beam": 5, "BLEU": 92.604, "length ratio": 0.96444}
+    row |= {"empty": 0.0, "search errors": 1 / 1800, "higher score than the smaller beam": None}
+    assert beam_curse.formatted([row]) == [
+        {
+            "ranking": "log P",
+            "beam": "5",
+            "BLEU": "92.60",
+            "length ratio": "0.964",
+            "empty": "0.0%",
+            "search errors": "0.1%",
+            "higher score than the smaller beam": "-",
+        }
+    ]

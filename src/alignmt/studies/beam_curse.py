@@ -5,7 +5,8 @@ evaluate.yaml, metrics.json and search.csv) and writes to `--out` (default: SWEE
 
   beam_curse.png  BLEU and the hypothesis/reference length ratio against the beam size (log x),
                   one line per ranking (no penalty, length normalisation, GNMT's alpha)
-  beam_curse.md   the table: BLEU, length ratio, empty and truncated outputs, search errors,
+  beam_curse.md   the table: BLEU, length ratio, shares of empty and truncated outputs and of
+                  search errors,
   beam_curse.csv  and, against the next smaller beam of the same ranking, the share of
                   sentences whose output scores higher, and scores higher with a lower
                   sentence BLEU
@@ -101,12 +102,19 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def formatted(rows: list[dict]) -> list[dict]:
-    def cell(value):
+    """BLEU to 2 decimals, the length ratio to 3, shares of sentences in per cent to 1 (one
+    sentence in a few thousand still shows)."""
+
+    def cell(column, value):
         if value is None:
             return "-"
-        return f"{value:.2f}" if isinstance(value, float) else str(value)
+        if column == "BLEU":
+            return f"{value:.2f}"
+        if column == "length ratio":
+            return f"{value:.3f}"
+        return f"{100 * value:.1f}%" if isinstance(value, float) else str(value)
 
-    return [{k: cell(v) for k, v in row.items()} for row in rows]
+    return [{k: cell(k, v) for k, v in row.items()} for row in rows]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -275,7 +275,7 @@ def row(log: Log, section: str, key: str, figure: str, systems: list[str], label
 
 def header(systems: list[str], first: str) -> list[str]:
     ratios = (
-        [f"{s} / best peer" for s in systems if s in OURS]
+        [f"{s} / best peer" for s in systems if is_ours(s)]
         if any(s in peers.PEERS for s in systems)
         else []
     )
@@ -285,15 +285,16 @@ def header(systems: list[str], first: str) -> list[str]:
 
 def table(log: Log, args, systems: list[str]) -> str:
     lines = [f"Medians of {args.repeats} repeats, {args.threads} threads.", ""]
+    trainers = [s for s in systems if not s.endswith(" bf16")]  # precision is decoding's
     if "speed" in args.sections:
         lines += [f"**Training** ({args.steps} steps, timed after {args.warmup})", ""]
-        lines += header(systems, "figure")
-        lines.append(row(log, "speed", "train", "train_tok_per_s", systems, "target tokens/s"))
+        lines += header(trainers, "figure")
+        lines.append(row(log, "speed", "train", "train_tok_per_s", trainers, "target tokens/s"))
         lines.append(
-            row(log, "speed", "train", "peak_rss_main_mib", systems, "peak RSS, MiB", lower=True)
+            row(log, "speed", "train", "peak_rss_main_mib", trainers, "peak RSS, MiB", lower=True)
         )
         lines.append(
-            row(log, "speed", "train", "matmul_peak_percent", systems, "% of fp32 matmul peak")
+            row(log, "speed", "train", "matmul_peak_percent", trainers, "% of fp32 matmul peak")
         )
         lines += ["", f"**Decoding at matched length** (min = max = {args.length} tokens)", ""]
         lines += decoding_rows(log, "speed", args, systems)

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests.conftest import TINY_DATA, TINY_MODEL
 
@@ -119,6 +120,7 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     for section in ("**Training**", "**Decoding at matched length**", "training extensions"):
         assert section in summary
     assert "**Trained models**" in summary
+    assert_rows_fill_headers(summary)
     assert figure(r"\| target tokens/s \| ([\d.,]+) \|", summary) > 0
     assert figure(r"\| rnnsearch \| [\d,]+ \| ([\d.]+) \|", summary) == 1.0  # plain / plain
     runs = [json.loads(line) for line in (scratch / "runs.jsonl").read_text().splitlines()]
@@ -134,3 +136,31 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
         assert len(lines) == 8 and {len(line.split()) for line in lines} == {5}
     trained = [r for r in runs if r["section"] == "trained" and r["key"] != "model"]
     assert all(0 <= r["test_bleu"] <= 100 and r["max_length"] == 5 for r in trained)
+
+
+def assert_rows_fill_headers(markdown: str) -> None:
+    for block in re.findall(r"(?:^\|.*\n)+", markdown, flags=re.M):
+        assert len({line.count("|") for line in block.splitlines()}) == 1, block
+
+
+def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch):
+    """With peers, each alignmt column (bf16 ones included) gets its ratio to the best peer;
+    training rows leave out the decoding-only bf16 columns."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import compare
+
+    log = compare.Log.__new__(compare.Log)
+    log.records = []
+    systems = ["alignmt-luong", "alignmt-luong bf16", "onmt"]
+    for system, train in (("alignmt-luong", 20.0), ("onmt", 10.0)):
+        log.records.append({"section": "speed", "system": system, "repeat": 0, "key": "train",
+                            "train_tok_per_s": train, "peak_rss_main_mib": 100.0})  # fmt: skip
+    for system, rate in (("alignmt-luong", 6.0), ("alignmt-luong bf16", 9.0), ("onmt", 2.0)):
+        log.records.append({"section": "speed", "system": system, "repeat": 0,
+                            "key": "greedy batch 4", "sent_per_s": rate})  # fmt: skip
+    args = SimpleNamespace(repeats=1, threads=1, sections=["speed"], steps=3, warmup=1, length=5,
+                           batch_sizes=[4], batch1_sentences=2, sentences=None)  # fmt: skip
+    summary = compare.table(log, args, systems)
+    assert_rows_fill_headers(summary)
+    assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
+    assert "| greedy batch 4: sentences/s (all) | 6.0 | 9.0 | 2.0 | 3.00x | 4.50x |" in summary

@@ -143,21 +143,18 @@ def assert_rows_fill_headers(markdown: str) -> None:
         assert len({line.count("|") for line in block.splitlines()}) == 1, block
 
 
-def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch):
+def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch, tmp_path):
     """With peers, each alignmt column (bf16 ones included) gets its ratio to the best peer;
     training rows leave out the decoding-only bf16 columns."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import compare
 
-    log = compare.Log.__new__(compare.Log)
-    log.records = []
+    log = compare.Log(tmp_path / "runs.jsonl")
     systems = ["alignmt-luong", "alignmt-luong bf16", "onmt"]
     for system, train in (("alignmt-luong", 20.0), ("onmt", 10.0)):
-        log.records.append({"section": "speed", "system": system, "repeat": 0, "key": "train",
-                            "train_tok_per_s": train, "peak_rss_main_mib": 100.0})  # fmt: skip
+        log.add("speed", system, 0, "train", {"train_tok_per_s": train, "peak_rss_main_mib": 100.0})
     for system, rate in (("alignmt-luong", 6.0), ("alignmt-luong bf16", 9.0), ("onmt", 2.0)):
-        log.records.append({"section": "speed", "system": system, "repeat": 0,
-                            "key": "greedy batch 4", "sent_per_s": rate})  # fmt: skip
+        log.add("speed", system, 0, "greedy batch 4", {"sent_per_s": rate})
     args = SimpleNamespace(repeats=1, threads=1, sections=["speed"], steps=3, warmup=1, length=5,
                            batch_sizes=[4], batch1_sentences=2, sentences=None)  # fmt: skip
     summary = compare.table(log, args, systems)

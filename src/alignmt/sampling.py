@@ -7,6 +7,7 @@ previous prediction otherwise, a coin flipped per token. The schedules are the p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -90,12 +91,32 @@ class MixedFeed:
 
     @torch.no_grad()
     def __call__(self, t: int, reference: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        own = self.own(logits)
+        use_reference = torch.rand(reference.shape, device=reference.device) < self.ratio
+        return torch.where(use_reference, reference, own)
+
+    @torch.no_grad()
+    def choose(
+        self, reference: torch.Tensor, logits_of: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What `__call__` feeds, as (rows [N] fed the model's own prediction, those
+        predictions [N]), asking `logits_of(rows)` only for the logits it needs: those rows
+        when greedy, every row when sampling (the draws then match `__call__`'s). The fused
+        recurrences use it; it reads its coins on the host, so it cannot be captured."""
+        B = reference.size(0)
+        every_row = torch.arange(B, device=reference.device)
+        drawn = self.own(logits_of(every_row)) if self.mode == "sample" else None
+        use_reference = torch.rand(reference.shape, device=reference.device) < self.ratio
+        rows = (~use_reference).nonzero().squeeze(1)
+        if drawn is not None:
+            return rows, drawn[rows]
+        return rows, self.own(logits_of(rows)) if len(rows) else rows
+
+    def own(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's own next tokens from logits [N, V]: never [PAD] or [BOS]."""
         logits = logits.float().clone()
         for token in (PAD_ID, BOS_ID):
             logits[:, token] = -math.inf
         if self.mode == "greedy":
-            own = logits.argmax(-1)
-        else:
-            own = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)
-        use_reference = torch.rand(reference.shape, device=reference.device) < self.ratio
-        return torch.where(use_reference, reference, own)
+            return logits.argmax(-1)
+        return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(1)

@@ -1,5 +1,6 @@
 """Every teacher-forcing fast path a decoder declares computes what its step function does:
-the same logits, attention and gradients (double precision, through the coverage loss too)."""
+the same logits, attention and gradients (double precision, through the coverage loss too);
+so does every scheduled-sampling fast path, with the same coins and the same own predictions."""
 
 from functools import partial
 
@@ -15,6 +16,7 @@ from alignmt.models.attention import (
     LocalMonotonicAttention,
 )
 from alignmt.models.coverage import LinguisticCoverage, NeuralCoverage, coverage_loss
+from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
 SIZES = dict(embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14, maxout_size=8)
@@ -76,12 +78,13 @@ def batch():
     return src, torch.tensor([5, 3, 2]), tgt_in, tgt_out
 
 
-def loss_and_grads(model, step_path: bool):
+def loss_and_grads(model, step_path: bool, feed=None, seed=0):
     model.zero_grad()
     src, lengths, tgt_in, tgt_out = batch()
     memory, state = model.start(src, lengths)
     run = model.decoder.unroll if step_path else model.decoder
-    out = run(tgt_in, memory, state)
+    torch.manual_seed(seed)  # the feed's coins (and draws)
+    out = run(tgt_in, memory, state, feed)
     loss = F.cross_entropy(out.logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
     if out.attention is not None:  # gradients through the attention weights too
         loss = loss + coverage_loss(out.attention, tgt_out != PAD_ID)
@@ -119,3 +122,38 @@ def test_decoders_without_a_fast_path_run_their_step_function(name):
         logits, state, _ = model.step(tgt_in[:, t], memory, state)
         stepped.append(logits)
     torch.testing.assert_close(forward, torch.stack(stepped, 1), atol=1e-6, rtol=1e-5)
+
+
+SCHEDULED = [name for name in sorted(FAST) if "fused recurrence" in name]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+@pytest.mark.parametrize("name", SCHEDULED)
+def test_scheduled_sampling_fast_path_equals_the_step_path(name, mode):
+    torch.manual_seed(0)
+    model = FAST[name]().double()
+    feed = MixedFeed(0.5, mode)
+    src, lengths, tgt_in, _ = batch()
+    memory, state = model.start(src, lengths)
+    assert model.decoder.scheduled(tgt_in, memory, state, feed) is not None  # it is declared
+    forced, _ = loss_and_grads(model, step_path=False)
+    for seed in range(3):  # different coins
+        fast, fast_grads = loss_and_grads(model, step_path=False, feed=feed, seed=seed)
+        step, step_grads = loss_and_grads(model, step_path=True, feed=feed, seed=seed)
+        # the model's own tokens were fed: the outputs are not teacher forcing's
+        assert not torch.allclose(fast.logits, forced.logits)
+        torch.testing.assert_close(fast.logits, step.logits, atol=1e-10, rtol=1e-8)
+        torch.testing.assert_close(fast.attention, step.attention, atol=1e-10, rtol=1e-8)
+        assert fast_grads.keys() == step_grads.keys()
+        for param, grad in step_grads.items():
+            torch.testing.assert_close(fast_grads[param], grad, atol=1e-10, rtol=1e-7, msg=param)
+
+
+def test_scheduled_sampling_keeps_the_step_path_under_readout_dropout():
+    """The logits that choose would need the dropout masks the readout draws afterwards."""
+    model = RNNSearch(30, 25, **SIZES, dropout=0.3).train()
+    src, lengths, tgt_in, _ = batch()
+    memory, state = model.start(src, lengths)
+    assert model.decoder.scheduled(tgt_in, memory, state, MixedFeed(0.5)) is None
+    model.eval()
+    assert model.decoder.scheduled(tgt_in, memory, state, MixedFeed(0.5)) is not None

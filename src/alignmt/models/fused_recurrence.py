@@ -162,6 +162,58 @@ class AttentionSteps:
         return self.d_keys, self.d_v, self.d_w_cov, *self.cell.grads()
 
 
+class Refeed:
+    """Scheduled sampling inside a fused recurrence. After step t, `feed`
+    (`sampling.MixedFeed.choose`) picks the rows whose input at step t + 1 is the model's own
+    prediction, whose logits `logits_of(rows, tokens_t, *step values)` computes for those rows
+    only; their input gates E y W^T + b are recomputed here. `tokens` [B, T] ends as what was
+    fed. Backward splits the input gates' gradient: the reference's positions go to `x`, the
+    replaced ones to the embedding table E and the projection (W, b) directly."""
+
+    def __init__(self, feed, tokens: torch.Tensor, logits_of):
+        self.feed, self.logits_of = feed, logits_of
+        self.tokens = tokens.clone()
+        self.replaced: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (t, rows, tokens)
+
+    def after_step(self, t, x, table, weight, bias, *values) -> None:
+        """Choose the inputs of step t + 1 from step t's `values`, rewriting x [B, T, G]."""
+        if t + 1 >= x.size(1):
+            return
+        current = self.tokens[:, t]
+        rows, own = self.feed.choose(
+            self.tokens[:, t + 1], lambda rows: self.logits_of(rows, current, *values)
+        )
+        if len(rows):
+            self.tokens[rows, t + 1] = own
+            x[rows, t + 1] = torch.addmm(bias, table[own], weight.t())
+            self.replaced.append((t + 1, rows, own))
+
+    def backward(self, d_x, table, weight) -> tuple:
+        """(d x with the replaced positions zeroed, d E, d W, d b of the replaced inputs)."""
+        if not self.replaced:
+            return d_x, None, None, None
+        steps = torch.cat([rows.new_full(rows.shape, t) for t, rows, _ in self.replaced])
+        rows = torch.cat([rows for _, rows, _ in self.replaced])
+        own = torch.cat([own for _, _, own in self.replaced])
+        d_own = d_x[rows, steps]  # [N, G]
+        d_x = d_x.index_put((rows, steps), d_own.new_zeros(()))
+        d_table = torch.zeros_like(table).index_add_(0, own, d_own @ weight)
+        return d_x, d_table, d_own.t() @ table[own], d_own.sum(0)
+
+
+def refeed_grads(refeed: Refeed | None, d_x, table, weight) -> tuple:
+    """A recurrence's gradients of x and its four scheduled-sampling arguments."""
+    if refeed is None:
+        return d_x, None, None, None, None
+    d_x, *grads = refeed.backward(d_x, table, weight)
+    return d_x, None, *grads
+
+
+def refeed_inputs(refeed: Refeed | None, table, weight, bias) -> tuple:
+    """The arguments a fused recurrence takes for scheduled sampling (all None without)."""
+    return (None, None, None, None) if refeed is None else (refeed, table, weight, bias)
+
+
 def coverage_inputs(attention, state) -> tuple | None:
     """What the fused recurrences take for `attention`'s coverage model, given the attention
     state at the first step: (W_cov, cell type, C_0, the cell's tensors...), (None, None, None)
@@ -199,11 +251,18 @@ class AdditiveGRURecurrence(torch.autograd.Function):
     W_sh stacks W_q (first A rows) over W_h, so s_t is projected with one matmul per step.
     With coverage: `w_cov`, the cell's type (LinguisticCell, NeuralCell), C_0 and the cell's
     tensors; the cell reads s_t, the attention's query. Without: None, None, None.
+    Scheduled sampling: a `Refeed` (its logits read s_t and c_t), the embedding table and the
+    input gates' projection of x; without: None four times (`refeed_inputs`).
     """
 
     @staticmethod
-    def forward(ctx, x, s0, keys, values, mask, w_sh, b_sh, v, w_c, w_cov, cell, c0, *cell_in):
+    def forward(
+        ctx, x, s0, keys, values, mask, w_sh, b_sh, v, w_c, refeed, table, w_x, b_x,
+        w_cov, cell, c0, *cell_in,
+    ):  # fmt: skip
         B, T, _ = x.shape
+        if refeed is not None:
+            x = x.clone()
         H, A, S = s0.size(1), keys.size(2), keys.size(1)
         attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
         states = x.new_empty(B, T, H)
@@ -226,15 +285,17 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             n = torch.tanh(torch.addcmul(gx[:, 2 * H :], r, gh_n[t]))
             gates[t, :, : 2 * H] = rz
             gates[t, :, 2 * H :] = n
+            if refeed is not None:
+                refeed.after_step(t, x, table, w_x, b_x, s, c)
             s = torch.addcmul(n, z, s - n)
-        ctx.attend = attend
-        ctx.save_for_backward(s0, w_sh, w_c, states, contexts, alphas, gates, gh_n)
+        ctx.attend, ctx.refeed = attend, refeed
+        ctx.save_for_backward(s0, w_sh, w_c, states, contexts, alphas, gates, gh_n, table, w_x)
         return states, contexts, alphas
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_states, d_contexts, d_alphas):
-        s0, w_sh, w_c, states, contexts, alphas, gates, gh_n = ctx.saved_tensors
+        s0, w_sh, w_c, states, contexts, alphas, gates, gh_n, table, w_x = ctx.saved_tensors
         attend, values = ctx.attend, ctx.attend.values
         B, T, H = states.shape
         if d_states is None:
@@ -271,8 +332,10 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         d_w_c = d_x.reshape(B * T, -1).t() @ contexts.reshape(B * T, -1)
         d_values = torch.bmm(alphas.transpose(1, 2), d_c_all)
         d_keys, d_v = attend.grads()[:2]
+        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x, table, w_x)
         return (
-            d_x, ds, d_keys, d_values, None, d_w_sh, d_b_sh, d_v, d_w_c, *coverage_grads(attend)
+            d_x, ds, d_keys, d_values, None, d_w_sh, d_b_sh, d_v, d_w_c, *d_refeed,
+            *coverage_grads(attend),
         )  # fmt: skip
 
 
@@ -286,12 +349,18 @@ class LuongGRURecurrence(torch.autograd.Function):
 
     Returns (h~_0..h~_{T-1} [B, T, H], alphas [B, T, S]). W_stack stacks W_q, W_cs and W_h, which
     all multiply s', so each step projects s' once (its W_h part is the next step's). Coverage
-    as in AdditiveGRURecurrence; its cell reads s', the attention's query.
+    as in AdditiveGRURecurrence; its cell reads s', the attention's query. Scheduled sampling
+    as there; its logits read h~_t.
     """
 
     @staticmethod
-    def forward(ctx, x, s0, f0, keys, values, mask, w_stack, b_stack, w_f, w_cc, v, *coverage):
+    def forward(
+        ctx, x, s0, f0, keys, values, mask, w_stack, b_stack, w_f, w_cc, v, refeed, table, w_x,
+        b_x, *coverage,
+    ):  # fmt: skip
         B, T, _ = x.shape
+        if refeed is not None:
+            x = x.clone()
         H, A, S = s0.size(1), keys.size(2), keys.size(1)
         w_cov, cell, c0, *cell_in = coverage
         attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
@@ -321,16 +390,20 @@ class LuongGRURecurrence(torch.autograd.Function):
             f = torch.tanh(torch.addmm(proj[:, A : A + H], c, w_cc_t))
             feeds[:, t] = f
             gh = proj[:, A + H :]
-        ctx.attend = attend
+            if refeed is not None:
+                refeed.after_step(t, x, table, w_x, b_x, f)
+        ctx.attend, ctx.refeed = attend, refeed
         ctx.save_for_backward(
-            s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n
+            s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n, table, w_x
         )
         return feeds, alphas
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_feeds, d_alphas):
-        s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n = ctx.saved_tensors
+        s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n, table, w_x = (
+            ctx.saved_tensors
+        )
         attend = ctx.attend
         B, T, H = news.shape
         if d_feeds is None:
@@ -370,11 +443,13 @@ class LuongGRURecurrence(torch.autograd.Function):
             d_s_direct = ds * z
         d_s0 = torch.addmm(d_s_direct, d_gh_next, w_stack[A + H :])
         d_keys, d_v = attend.grads()[:2]
+        weight_grads = luong_weight_grads(
+            s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c_all, d_gh_next, A
+        )
+        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x, table, w_x)
         return (
             d_x, d_s0, d_f, d_keys, torch.bmm(alphas.transpose(1, 2), d_c_all), None,
-            *luong_weight_grads(s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c_all,
-                                d_gh_next, A),
-            d_v, *coverage_grads(attend),
+            *weight_grads, d_v, *d_refeed, *coverage_grads(attend),
         )  # fmt: skip
 
 

@@ -11,9 +11,15 @@ from torch import nn
 from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
-from alignmt.models.fused_recurrence import LuongGRURecurrence, coverage_inputs
+from alignmt.models.fused_recurrence import (
+    LuongGRURecurrence,
+    Refeed,
+    coverage_inputs,
+    refeed_inputs,
+)
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
+from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
 
@@ -138,10 +144,16 @@ class LuongDecoder(Decoder):
         attentional, weights, _ = self._attend(tops, memory, state)
         return attentional, weights
 
-    def _fused_input_feeding(self, tgt_in, memory, state):
+    def scheduled(self, tgt_in, memory, state, feed):
+        if not (self.input_feeding and isinstance(feed, MixedFeed)):
+            return None
+        refeed = Refeed(feed, tgt_in, lambda rows, tokens, feeds: self.readout(feeds[rows]))
+        return self._fused_input_feeding(tgt_in, memory, state, refeed)
+
+    def _fused_input_feeding(self, tgt_in, memory, state, refeed: Refeed | None = None):
         """Input feeding through the hand-written recurrence (fused_recurrence.py), where it
         applies: one GRU layer, additive energies (with a coverage model that declares a fused
-        cell, if any), no active dropout, CPU."""
+        cell, if any), no active dropout, CPU. With `refeed`, scheduled sampling."""
         energy = self.attention.fused_energy_weights(coverage=True)
         coverage = coverage_inputs(self.attention, state["attention"])
         if (
@@ -157,9 +169,9 @@ class LuongDecoder(Decoder):
         H, E = self.hidden_size, self.embedding.embedding_dim
         w_ih, w_c = self.rnn.weight_ih_l0, self.combine.weight
         D = w_c.size(1) - H  # combine reads [c; s']
-        gates_x = F.linear(self.embedding(tgt_in), w_ih[:, :E], self.rnn.bias_ih_l0)
+        w_x, b_x = w_ih[:, :E], self.rnn.bias_ih_l0
         return LuongGRURecurrence.apply(
-            gates_x,
+            F.linear(self.embedding(tgt_in), w_x, b_x),
             state["hidden"][:, 0],
             state["feed"],
             memory.keys,
@@ -170,6 +182,7 @@ class LuongDecoder(Decoder):
             w_ih[:, E:],
             w_c[:, :D],
             v,
+            *refeed_inputs(refeed, self.embedding.weight, w_x, b_x),
             *coverage,
         )
 

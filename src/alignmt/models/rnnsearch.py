@@ -11,10 +11,16 @@ from alignmt.models.attention import AdditiveAttention, Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
 from alignmt.models.functional import gru_update
-from alignmt.models.fused_recurrence import AdditiveGRURecurrence, coverage_inputs
+from alignmt.models.fused_recurrence import (
+    AdditiveGRURecurrence,
+    Refeed,
+    coverage_inputs,
+    refeed_inputs,
+)
 from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
+from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
 
@@ -34,7 +40,9 @@ class RNNSearchDecoder(Decoder):
 
     Teacher forcing on CPUs runs the recurrence as one hand-written autograd function when the
     attention declares plain additive energies (`fused_energy_weights`), with a coverage model
-    inside if it declares a fused cell; the output layer then runs once over all steps.
+    inside if it declares a fused cell; the output layer then runs once over all steps. So does
+    scheduled sampling without active readout dropout: inside the recurrence only the rows that
+    are fed their own prediction pass through the output layer, without gradients.
     """
 
     has_attention = True
@@ -86,14 +94,27 @@ class RNNSearchDecoder(Decoder):
         return self.maxout(features)
 
     def teacher_forced(self, tgt_in, memory, state):
+        return self._fused(tgt_in, memory, state)
+
+    def scheduled(self, tgt_in, memory, state, feed):
+        if not isinstance(feed, MixedFeed) or (self.training and self.maxout.dropout.p > 0):
+            return None  # the logits that choose would need the readout's dropout masks
+
+        def logits_of(rows, tokens, hidden, context):
+            features = [hidden[rows], self.embedding(tokens[rows]), context[rows]]
+            return self.readout(torch.cat(features, dim=-1))
+
+        return self._fused(tgt_in, memory, state, Refeed(feed, tgt_in, logits_of))
+
+    def _fused(self, tgt_in, memory, state, refeed: Refeed | None = None):
         energy = self.attention.fused_energy_weights(coverage=True)
         coverage = coverage_inputs(self.attention, state["attention"])
         if energy is None or coverage is None or tgt_in.is_cuda:
             return None
         w_q, b_q, v = energy
-        embedded = self.embedding(tgt_in)  # [B, T, E]
+        proj = self.embedding_proj
         hiddens, contexts, weights = AdditiveGRURecurrence.apply(
-            self.embedding_proj(embedded),
+            proj(self.embedding(tgt_in)),
             state["hidden"],
             memory.keys,
             memory.values,
@@ -102,9 +123,11 @@ class RNNSearchDecoder(Decoder):
             torch.cat([b_q, self.recurrent_proj.bias]),
             v,
             self.context_proj.weight,
+            *refeed_inputs(refeed, self.embedding.weight, proj.weight, proj.bias),
             *coverage,
         )
-        return torch.cat([hiddens, embedded, contexts], dim=-1), weights
+        fed = tgt_in if refeed is None else refeed.tokens
+        return torch.cat([hiddens, self.embedding(fed), contexts], dim=-1), weights
 
     def paper_init_(self) -> None:
         orthogonal_blocks_(self.recurrent_proj.weight)

@@ -53,8 +53,8 @@ class Decoder(nn.Module):
     `start` turns the encoder output into the per-batch memory and the initial state; `step`
     advances one token and returns the features the position-wise `readout` turns into logits.
     Teacher forcing, scheduled sampling, greedy and beam search all run `step`. A decoder may
-    declare a faster teacher-forcing path (`teacher_forced`) that computes the same function;
-    the tests prove each one equal to the step path.
+    declare a faster teacher-forcing path (`teacher_forced`), and one for scheduled sampling
+    (`scheduled`), that compute the same function; the tests prove each equal to the step path.
 
     A decoder that `copies_source` (the pointer-generator, `alignmt.models.copy`) starts from
     the encoder output and each source token's id in the batch's extended target vocabulary.
@@ -83,6 +83,14 @@ class Decoder(nn.Module):
         allows a faster way than stepping; None where it does not (the default)."""
         return None
 
+    def scheduled(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """Scheduled sampling's features and attention, as `teacher_forced` but with `feed`
+        choosing the inputs, where the architecture allows a faster way than stepping; None
+        where it does not (the default)."""
+        return None
+
     def paper_init_(self) -> None:
         """Departures from the generic initialisation of Bahdanau et al.'s appendix B.1."""
 
@@ -90,9 +98,13 @@ class Decoder(nn.Module):
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
     ) -> DecoderOutput:
         """Scores a whole target prefix: teacher forcing, or scheduled sampling with `feed`."""
-        if feed is not None:
-            return self.unroll(tgt_in, memory, state, feed)
-        features, attention = self.features(tgt_in, memory, state)
+        if feed is None:
+            fast = self.features(tgt_in, memory, state)
+        else:
+            fast = self.scheduled(tgt_in, memory, state, feed)
+            if fast is None:
+                return self.unroll(tgt_in, memory, state, feed)
+        features, attention = fast
         return DecoderOutput(self.readout(features), attention)
 
     def features(

@@ -196,7 +196,7 @@ class Refeed:
         rows = torch.cat([rows for _, rows, _ in self.replaced])
         own = torch.cat([own for _, _, own in self.replaced])
         d_own = d_x[rows, steps]  # [N, G]
-        d_x = d_x.index_put((rows, steps), d_own.new_zeros(()))
+        d_x.index_put_((rows, steps), d_own.new_zeros(()))  # the recurrence's own buffer
         d_table = torch.zeros_like(table).index_add_(0, own, d_own @ weight)
         return d_x, d_table, d_own.t() @ table[own], d_own.sum(0)
 

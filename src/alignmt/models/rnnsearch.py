@@ -112,9 +112,9 @@ class RNNSearchDecoder(Decoder):
         if energy is None or coverage is None or tgt_in.is_cuda:
             return None
         w_q, b_q, v = energy
-        proj = self.embedding_proj
+        proj, embedded = self.embedding_proj, self.embedding(tgt_in)  # [B, T, E]
         hiddens, contexts, weights = AdditiveGRURecurrence.apply(
-            proj(self.embedding(tgt_in)),
+            proj(embedded),
             state["hidden"],
             memory.keys,
             memory.values,
@@ -126,8 +126,9 @@ class RNNSearchDecoder(Decoder):
             *refeed_inputs(refeed, self.embedding.weight, proj.weight, proj.bias),
             *coverage,
         )
-        fed = tgt_in if refeed is None else refeed.tokens
-        return torch.cat([hiddens, self.embedding(fed), contexts], dim=-1), weights
+        if refeed is not None:  # the readout reads the inputs as fed
+            embedded = self.embedding(refeed.tokens)
+        return torch.cat([hiddens, embedded, contexts], dim=-1), weights
 
     def paper_init_(self) -> None:
         orthogonal_blocks_(self.recurrent_proj.weight)

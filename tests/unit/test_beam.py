@@ -6,11 +6,13 @@ import math
 import pytest
 import torch
 
+from alignmt.config import CONF_DIR, instantiate
 from alignmt.decoding import BeamSearch, GreedySearch
 from alignmt.decoding.hypothesis import max_output_lengths
 from alignmt.models import RNNSearch
 from alignmt.models.seq2seq import Memory
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tests.conftest import compose_config
 
 A, B, C = 4, 5, 6  # the words of the hand-written models
 
@@ -25,6 +27,7 @@ class PrefixModel:
     """
 
     has_attention = True
+    beams_share_memory = False
 
     def __init__(self, tables, attention=None, vocab_size=7):
         self.tables = tables  # {source word: {prefix tuple: {word: probability}}}
@@ -347,3 +350,61 @@ def test_nbest_larger_than_the_beam_is_refused():
 def test_invalid_options_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         BeamSearch(**kwargs)
+
+
+ATTENTIONS = sorted(p.stem for p in (CONF_DIR / "model" / "attention").glob("*.yaml"))
+
+
+def composed_model(family, attention, coverage=None):
+    overrides = [f"model={family}", f"model/attention={attention}"]
+    overrides += [f"model/coverage={coverage}"] if coverage else []
+    cfg = compose_config("train", overrides)
+    sizes = {"embedding_dim": 8}
+    if family == "luong":
+        sizes["hidden_size"] = 12
+    else:
+        sizes.update(encoder_hidden_size=8, decoder_hidden_size=16, maxout_size=8)
+    torch.manual_seed(3)
+    model = instantiate(cfg.model, src_vocab_size=20, tgt_vocab_size=20, **sizes).eval()
+    output = model.decoder.output if family == "luong" else model.decoder.maxout.output
+    with torch.no_grad():
+        output.weight.mul_(6)  # peaked outputs of different lengths
+        output.bias[EOS_ID] -= 3
+    return model.double()
+
+
+@pytest.mark.parametrize("family", ["rnnsearch", "luong"])
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_beams_that_share_memory_decode_as_with_memory_per_beam(family, attention, monkeypatch):
+    """A stateless attention lets the K beams of a sentence read one row of memory; outputs,
+    scores and attention must be those of the search that expands the memory to K rows."""
+    model = composed_model(family, attention)
+    stateless = attention not in ("hard", "hard_gumbel", "local_m")
+    assert model.beams_share_memory == stateless
+    if not stateless:
+        return
+    src, lengths = random_sources([6, 1, 9, 3, 11], seed=4)
+    search = BeamSearch(
+        beam_size=4, nbest=3, length_penalty=1.0, coverage_penalty=0.2, min_length=2
+    )
+    shared = search(model, src, lengths)
+    monkeypatch.setattr(type(model), "beams_share_memory", property(lambda self: False))
+    expanded = search(model, src, lengths)
+    assert max(len(h.tokens) for nbest in shared for h in nbest) > 2
+    for ours, theirs in zip(shared, expanded, strict=True):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], rel=1e-12)
+        for h, t in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(h.attention, t.attention)
+
+
+@pytest.mark.parametrize("family", ["rnnsearch", "luong"])
+def test_coverage_keeps_memory_per_beam(family):
+    model = composed_model(family, "additive" if family == "rnnsearch" else "general", "neural")
+    assert not model.beams_share_memory
+    query = torch.randn(4, model.decoder.attention.query_size, dtype=torch.double)
+    values = torch.randn(2, 3, model.decoder.attention.key_size, dtype=torch.double)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    attention = model.decoder.attention
+    with pytest.raises(ValueError, match="keeps state per row"):
+        attention(query, attention.precompute(values), values, mask)

@@ -63,6 +63,7 @@ class TableModel:
     the source, so a search that reorders rows wrongly looks up the wrong values."""
 
     has_attention = True
+    beams_share_memory = False
 
     def __init__(self, probs, attention):
         self.probs = probs

@@ -50,6 +50,7 @@ class UnkThenEos(torch.nn.Module):
     """Outputs [UNK] then [EOS], attending to source position `attend` at every step."""
 
     has_attention = True
+    beams_share_memory = False
     copies_source = False
 
     def __init__(self, vocab_size: int, attend: int):

@@ -56,7 +56,8 @@ class BeamSearch:
 
     The beams of all sentences share one batch dimension (sentence-major, `beam_size` rows
     each): the encoder runs once, its memory is expanded once, and the decoder state, whatever
-    it holds, is reordered by index after every step; stopped sentences leave the batch.
+    it holds, is reordered by index after every step; stopped sentences leave the batch. Where
+    the model's beams can share memory (`beams_share_memory`), it is not expanded at all.
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
@@ -207,6 +208,7 @@ class _Beams:
 
     K: int
     memory: Memory
+    shared_memory: bool  # one row of memory per sentence (`beams_share_memory`), else K
     state: DecoderState
     limits: torch.Tensor  # [B] output caps
     src_lengths: torch.Tensor  # [B]
@@ -236,7 +238,8 @@ class _Beams:
         scores[:, 0] = 0.0
         return cls(
             K=K,
-            memory=memory.index_select(rows),
+            memory=memory if model.beams_share_memory else memory.index_select(rows),
+            shared_memory=model.beams_share_memory,
             state=reorder_state(state, rows),
             limits=limits,
             src_lengths=src_lengths.to(device),
@@ -272,17 +275,19 @@ class _Beams:
 
     def advance(self, running, top, words, origins) -> None:
         """The next step's live prefixes: those of the running sentences. A stopped
-        sentence's prefixes die, so it finishes nothing more; its rows leave the batch once
-        stopped sentences are a quarter of it, since copying the memory costs about as much
-        as a step."""
+        sentence's prefixes die, so it finishes nothing more; its rows leave the batch at
+        once where the memory is one row per sentence, else once stopped sentences are a
+        quarter of it, since copying K rows of memory per sentence costs about as much as a
+        step."""
         n, K = self.sentences.numel(), self.K
         self.scores = top.where(running.unsqueeze(1), -math.inf)
-        if 4 * int((~running).sum()) >= n:
+        stopped = int((~running).sum())
+        if stopped and (self.shared_memory or 4 * stopped >= n):
             keep = running.nonzero().squeeze(1)
             self.sentences, self.scores = self.sentences[keep], self.scores[keep]
             words, origins = words[keep], origins[keep]
             keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)
-            self.memory = self.memory.index_select(keep_rows)
+            self.memory = self.memory.index_select(keep if self.shared_memory else keep_rows)
         index = origins.view(-1)
         self.state = reorder_state(self.state, index)
         self.prev = words.view(-1)

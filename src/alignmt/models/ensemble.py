@@ -55,6 +55,10 @@ class Ensemble(nn.Module):
     def has_attention(self) -> bool:
         return any(m.has_attention for m in self.members)
 
+    @property
+    def beams_share_memory(self) -> bool:
+        return all(m.beams_share_memory for m in self.members)
+
     copies_source = False
 
     def start(

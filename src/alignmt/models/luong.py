@@ -84,6 +84,10 @@ class LuongDecoder(Decoder):
         )
         self.bridge = None if copies else nn.Linear(encoder.output_size, num_layers * hidden_size)
 
+    @property
+    def beams_share_memory(self) -> bool:
+        return self.attention is None or self.attention.stateless
+
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         B = encoded.states.size(0)
         if self.bridge is None:

@@ -70,6 +70,10 @@ class RNNSearchDecoder(Decoder):
             hidden_size + embedding_dim + context_size, maxout_size, vocab_size, dropout=dropout
         )
 
+    @property
+    def beams_share_memory(self) -> bool:
+        return self.attention.stateless
+
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         backward_first = encoded.final[:, encoded.final.size(1) // 2 :]
         state = {

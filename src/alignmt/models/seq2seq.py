@@ -63,6 +63,13 @@ class Decoder(nn.Module):
     has_attention = False
     copies_source = False
 
+    @property
+    def beams_share_memory(self) -> bool:
+        """Whether `step` takes several rows of state per row of memory (consecutive groups of
+        rows, e.g. beam search's beams of one sentence): true where the decoder reads the
+        memory only through a `stateless` attention."""
+        return False
+
     def start(self, encoded: EncoderOutput) -> tuple[Memory, DecoderState]:
         raise NotImplementedError
 
@@ -173,6 +180,10 @@ class Seq2Seq(nn.Module):
     @property
     def copies_source(self) -> bool:
         return self.decoder.copies_source
+
+    @property
+    def beams_share_memory(self) -> bool:
+        return self.decoder.beams_share_memory
 
     def start(
         self, src: torch.Tensor, src_lengths: torch.Tensor, src_copy: torch.Tensor | None = None

@@ -84,6 +84,12 @@ class Attention(nn.Module):
         self.coverage_proj = nn.Linear(self.coverage.size, inside or 1, bias=False)
 
     @property
+    def stateless(self) -> bool:
+        """Whether it carries nothing across steps (no coverage, no `start_state`): then the
+        queries of several rows may share one row of memory (beam search's beams)."""
+        return self.coverage is None and type(self).start_state is Attention.start_state
+
+    @property
     def sequential(self) -> bool:
         """Whether steps must be attended one after another (coverage depends on the last)."""
         return self.coverage is not None
@@ -104,19 +110,25 @@ class Attention(nn.Module):
         state: AttentionState | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionState]:
         """query [B, Q] (one step) or [B, T, Q] (T steps) -> (context, weights, next state);
-        without a state, the first step's."""
+        without a state, the first step's. A `stateless` attention also takes one step of
+        [B * G, Q]: G consecutive queries per row of memory, attended as G steps would be."""
         if state is None:
             state = self.init_state(values, mask)
         if query.dim() == 3 and self.sequential:
             return self._one_step_at_a_time(query, keys, values, mask, state)
         single_step = query.dim() == 2
         if single_step:
-            query = query.unsqueeze(1)
+            if query.size(0) != values.size(0) and not self.stateless:
+                raise ValueError(
+                    f"{type(self).__name__} keeps state per row: {query.size(0)} queries need "
+                    f"{query.size(0)} rows of memory, got {values.size(0)}"
+                )
+            query = query.view(values.size(0), -1, query.size(-1))
         weights = self.weights(query, keys, mask, state)
         context = torch.bmm(weights, values)
-        state = self._advance(state, query, weights)
+        state = self._advance(state, query, weights, 1 if single_step else query.size(1))
         if single_step:
-            return context.squeeze(1), weights.squeeze(1), state
+            return context.view(-1, context.size(-1)), weights.view(-1, weights.size(-1)), state
         return context, weights, state
 
     def weights(
@@ -137,8 +149,8 @@ class Attention(nn.Module):
         weights = masked_softmax(energies, allowed)
         return weights if factor is None else weights * factor
 
-    def _advance(self, state: AttentionState, query: torch.Tensor, weights: torch.Tensor):
-        new_state = self.next_state(state, query.size(1))
+    def _advance(self, state: AttentionState, query, weights, steps: int) -> AttentionState:
+        new_state = self.next_state(state, steps)
         if self.coverage is not None:  # sequential: one step here
             new_state = {
                 **new_state,

@@ -1,6 +1,7 @@
 """Decoding speed of a trained checkpoint: sentences/s and output tokens/s by search and batch size.
 
     python benchmarks/decoding.py --ckpt PATH [--batch-sizes 1 8 16 32 64 128] [--beam-size 5]
+                                  [--length-penalty 0] [--searches greedy beam]
                                   [--sentences 300] [--device cpu]
 
 Any alignmt checkpoint works (toy corpus, Multi30k, ...): its test split is rebuilt from the
@@ -23,8 +24,8 @@ from alignmt.data.batching import LengthBucketSampler, collate
 from alignmt.decoding import BeamSearch, GreedySearch
 
 
-def decode_speed(model, search, pairs, indices, batch_size: int, device) -> tuple[float, float]:
-    """(sentences/s, output tokens/s) of `search` over `indices` of `pairs`."""
+def decode_speed(model, search, pairs, indices, batch_size: int, device):
+    """(sentences/s, output tokens/s, seconds) of `search` over `indices` of `pairs`."""
     lengths = pairs.lengths()[indices]
     batches = [
         collate([pairs[int(indices[i])] for i in batch])
@@ -41,7 +42,7 @@ def decode_speed(model, search, pairs, indices, batch_size: int, device) -> tupl
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    return len(indices) / seconds, tokens / seconds
+    return len(indices) / seconds, tokens / seconds, seconds
 
 
 def main() -> None:
@@ -49,6 +50,10 @@ def main() -> None:
     parser.add_argument("--ckpt", required=True, help="an alignmt checkpoint")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32, 64, 128])
     parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--length-penalty", type=float, default=0.0, help="GNMT alpha")
+    parser.add_argument(
+        "--searches", nargs="+", choices=["greedy", "beam"], default=["greedy", "beam"]
+    )
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
@@ -70,15 +75,21 @@ def main() -> None:
     )
     searches = {
         "greedy": GreedySearch(),
-        f"beam {args.beam_size}": BeamSearch(beam_size=args.beam_size),
+        f"beam {args.beam_size}": BeamSearch(
+            beam_size=args.beam_size, length_penalty=args.length_penalty
+        ),
     }
-    print(f"{'search':<8} {'batch':>5} {'sentences/s':>12} {'tokens/s':>10}")
+    searches = {name: s for name, s in searches.items() if name.split()[0] in args.searches}
+    print(f"{'search':<8} {'batch':>5} {'sentences/s':>12} {'tokens/s':>10} {'seconds':>8}")
     for name, search in searches.items():
         for batch_size in args.batch_sizes:
-            sentences_per_sec, tokens_per_sec = decode_speed(
+            sentences_per_sec, tokens_per_sec, seconds = decode_speed(
                 model, search, pairs, indices, batch_size, device
             )
-            print(f"{name:<8} {batch_size:>5} {sentences_per_sec:>12.1f} {tokens_per_sec:>10.0f}")
+            print(
+                f"{name:<8} {batch_size:>5} {sentences_per_sec:>12.1f} {tokens_per_sec:>10.0f} "
+                f"{seconds:>8.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
+import pytest
 import torch
 
+from alignmt.models import functional
 from alignmt.models.attention import AdditiveAttention
 
 
@@ -46,3 +48,26 @@ def test_in_place_tanh_matches_torch_tanh_in_value_and_gradient():
     assert torch.allclose(ours, reference, atol=1e-12)
     assert torch.allclose(grad, expected, atol=1e-12)
     assert torch.autograd.gradcheck(lambda t: tanh_(t * 1.0), (x,))
+
+
+@pytest.mark.parametrize(
+    "shape",  # B, T, S, A: several batch rows per block, queries split over blocks, huge rows
+    [(7, 1, 9, 16), (3, 50, 11, 32), (2, 3, 300, 8)],
+)
+def test_decoding_energies_in_blocks_equal_the_definition(shape, monkeypatch):
+    """Without gradients the additive energies run block by block; each must still be
+    v . tanh(W_a s + b_a + U_a h_j), computed here in float64 from the definition."""
+    monkeypatch.setattr(functional, "ENERGY_BLOCK", 512)  # many blocks of every kind
+    B, T, S, A = shape
+    torch.manual_seed(0)
+    attention = AdditiveAttention(query_size=6, key_size=5, attention_size=A)
+    query, keys = torch.randn(B, T, 6), attention.precompute(torch.randn(B, S, 5))
+    with torch.no_grad():
+        blocked = attention.score(query, keys, {})
+        W, b = attention.query_proj.weight.double(), attention.query_proj.bias.double()
+        terms = query.double() @ W.T + b
+        hidden = torch.tanh(terms.unsqueeze(2) + keys.double().unsqueeze(1))
+        expected = hidden @ attention.energy.weight.double().view(-1)
+    torch.testing.assert_close(blocked.double(), expected, rtol=1e-5, atol=1e-5)
+    with torch.enable_grad():  # training takes the one-shot path: the same energies
+        torch.testing.assert_close(attention.score(query, keys, {}), blocked)

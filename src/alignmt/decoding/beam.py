@@ -215,7 +215,7 @@ class _Beams:
     longest_lp: torch.Tensor  # [B] lp of the longest output each sentence allows
     sentences: torch.Tensor
     scores: torch.Tensor
-    coverage: torch.Tensor | None  # [n * K, S] sum of attention, with attention
+    coverage: torch.Tensor | None  # [n * K, S] sum of attention, with a coverage penalty
     prev: torch.Tensor
     kept: torch.Tensor
     kept_step: torch.Tensor
@@ -236,6 +236,7 @@ class _Beams:
         # All beams start equal, so only the first one is live at the first step.
         scores = torch.full((B, K), -math.inf, device=device)
         scores[:, 0] = 0.0
+        ranks_coverage = model.has_attention and search.coverage_penalty > 0
         return cls(
             K=K,
             memory=memory if model.beams_share_memory else memory.index_select(rows),
@@ -246,7 +247,7 @@ class _Beams:
             longest_lp=search.lp(limits + 1),
             sentences=torch.arange(B, device=device),
             scores=scores,
-            coverage=torch.zeros(B * K, S, device=device) if model.has_attention else None,
+            coverage=torch.zeros(B * K, S, device=device) if ranks_coverage else None,
             prev=torch.full((B * K,), BOS_ID, dtype=torch.long, device=device),
             kept=torch.full((B, N), -math.inf, dtype=torch.float64, device=device),
             kept_step=torch.zeros(B, N, dtype=torch.long, device=device),
@@ -255,10 +256,13 @@ class _Beams:
         )
 
     def attend(self, alpha: torch.Tensor | None) -> None:
-        """Records this step's attention [n * K, S] (models with attention)."""
+        """Records this step's attention [n * K, S] (models with attention), and sums it where
+        the coverage penalty ranks by it."""
+        if alpha is None:
+            return
+        alpha = alpha.float()
+        self.alphas.append(alpha)
         if self.coverage is not None:
-            alpha = alpha.float()
-            self.alphas.append(alpha)
             self.coverage = self.coverage + alpha
 
     def extend(self, log_probs: torch.Tensor):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -43,3 +45,33 @@ def gru_update(hidden: torch.Tensor, gates_x: torch.Tensor, gates_h: torch.Tenso
     r, z = torch.sigmoid(gates_x[..., : 2 * size] + gates_h[..., : 2 * size]).chunk(2, dim=-1)
     n = torch.tanh(gates_x[..., 2 * size :] + r * gates_h[..., 2 * size :])
     return n + z * (hidden - n)
+
+
+# Elements of tanh(q + k) that `additive_energies` computes at a time: a block that stays in
+# the cores' caches, large enough that the calls per block cost little.
+ENERGY_BLOCK = 1 << 18
+
+
+def additive_energies(queries: torch.Tensor, keys: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """v . tanh(q_t + k_s) [B, T, S] for query terms [B, T, A] and keys [B, S, A], without
+    gradients, block by block in one reused buffer: the [B, T, S, A] activations never reach
+    main memory (a beam's [B, K, S, A] would be gigabytes a step)."""
+    (B, T, A), S = queries.shape, keys.size(1)
+    energies = queries.new_empty(B, T, S)
+    per_query = S * A
+    if T * per_query <= ENERGY_BLOCK:  # whole batch rows per block
+        rows = ENERGY_BLOCK // (T * per_query)
+        blocks = [(slice(b, b + rows), slice(None)) for b in range(0, B, rows)]
+    else:  # some of one batch row's queries per block
+        steps = max(1, ENERGY_BLOCK // per_query)
+        blocks = [
+            (slice(b, b + 1), slice(t, t + steps)) for b in range(B) for t in range(0, T, steps)
+        ]
+    buffer = queries.new_empty(max(ENERGY_BLOCK, per_query))
+    for batch, steps in blocks:
+        query, key = queries[batch, steps].unsqueeze(2), keys[batch].unsqueeze(1)
+        shape = (query.size(0), query.size(1), S, A)
+        hidden = torch.add(query, key, out=buffer[: math.prod(shape)].view(shape))
+        hidden.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh, as tanh_ computes it
+        torch.mv(hidden.view(-1, A), v, out=energies[batch, steps].view(-1))
+    return energies

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
-from alignmt.models.functional import tanh_
+from alignmt.models.functional import additive_energies, tanh_
 
 
 class AdditiveAttention(Attention):
@@ -24,8 +24,11 @@ class AdditiveAttention(Attention):
         return self.key_proj(values)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState) -> torch.Tensor:
+        queries = self.query_proj(query)
+        if not torch.is_grad_enabled() and not queries.is_cuda:  # decoding: cache-sized blocks
+            return additive_energies(queries, keys, self.energy.weight.view(-1))
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
-        hidden = tanh_(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
+        hidden = tanh_(queries.unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)
 
     def key_term_size(self) -> int:

@@ -63,12 +63,10 @@ def additive_energies(queries: torch.Tensor, keys: torch.Tensor, v: torch.Tensor
         rows = ENERGY_BLOCK // (T * per_query)
         blocks = [(slice(b, b + rows), slice(None)) for b in range(0, B, rows)]
     else:  # some of one batch row's queries per block
-        steps = max(1, ENERGY_BLOCK // per_query)
-        blocks = [
-            (slice(b, b + 1), slice(t, t + steps)) for b in range(B) for t in range(0, T, steps)
-        ]
+        n = max(1, ENERGY_BLOCK // per_query)
+        blocks = [(slice(b, b + 1), slice(t, t + n)) for b in range(B) for t in range(0, T, n)]
     buffer = queries.new_empty(max(ENERGY_BLOCK, per_query))
-    for batch, steps in blocks:
+    for batch, steps in blocks:  # batch rows, query positions
         query, key = queries[batch, steps].unsqueeze(2), keys[batch].unsqueeze(1)
         shape = (query.size(0), query.size(1), S, A)
         hidden = torch.add(query, key, out=buffer[: math.prod(shape)].view(shape))

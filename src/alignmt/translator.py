@@ -28,6 +28,7 @@ class Translation:
     text: str  # detokenised output
     score: float
     attention: np.ndarray | None  # [len(tokens) + 1, len(source_tokens) + 1], [EOS] included
+    same_without_unk: bool = False  # the search with [UNK] forbidden returns it too
 
     @property
     def source_labels(self) -> list[str]:
@@ -92,6 +93,7 @@ class Translator:
             text=self.target_tokenizer.detokenize(tokens),
             score=hypothesis.score,
             attention=attention,
+            same_without_unk=hypothesis.same_without_unk,
         )
 
     def _target_tokens(self, ids: list[int], extended_words: list[str]) -> list[str]:

@@ -287,6 +287,36 @@ def test_forbid_unk_never_outputs_unk(search):
     assert not any(UNK_ID in tokens for tokens in forbidden)
 
 
+@pytest.mark.parametrize(
+    "search, unk_bias",  # biases at which some outputs change when [UNK] is forbidden
+    [
+        (GreedySearch(), 1.0),
+        (BeamSearch(beam_size=3, nbest=2), 0.0),
+        (BeamSearch(beam_size=3, stopping="early"), 0.0),
+    ],
+)
+def test_outputs_that_say_they_are_the_same_without_unk_are(search, unk_bias):
+    """The "No UNK" evaluation searches again only where an output does not say that
+    forbidding [UNK] would give it: where one says so, the search with [UNK] forbidden must
+    return exactly it; and a search that chose [UNK] somewhere must not say so."""
+    model = random_model(seed=2, unk_bias=unk_bias)
+    src, lengths = random_sources([5, 9, 3, 7, 1, 11, 4, 8], seed=3)
+    allowed = search(model, src, lengths)
+    forbidden = search(model, src, lengths, forbid_unk=True)
+    flags = [nbest[0].same_without_unk for nbest in allowed]
+    assert any(flags) and not all(flags)
+    for ours, without in zip(allowed, forbidden, strict=True):
+        assert len({h.same_without_unk for h in ours}) == 1  # a property of the search
+        if any(UNK_ID in h.tokens for h in ours):
+            assert not ours[0].same_without_unk
+        if ours[0].same_without_unk:
+            assert [h.tokens for h in ours] == [h.tokens for h in without]
+            assert [h.score for h in ours] == [h.score for h in without]
+    changed = [a[0].tokens != f[0].tokens for a, f in zip(allowed, forbidden, strict=True)]
+    assert any(changed)
+    assert all(nbest[0].same_without_unk for nbest in forbidden)
+
+
 @pytest.mark.parametrize("search", [GreedySearch, BeamSearch])
 def test_forbid_unk_can_be_asked_for_by_one_call(search):
     model = random_model(seed=2, unk_bias=6.0)

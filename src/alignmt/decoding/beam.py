@@ -16,7 +16,7 @@ from alignmt.decoding.hypothesis import (
 )
 from alignmt.decoding.precision import check_precision, model_at
 from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
-from alignmt.special_tokens import BOS_ID, EOS_ID
+from alignmt.special_tokens import BOS_ID, EOS_ID, UNK_ID
 
 # GNMT's log(min(coverage, 1)) is -inf for a source word no attention weight reaches (outside
 # every window of local attention, or weights that underflowed): one such word makes every
@@ -61,12 +61,11 @@ class BeamSearch:
     Output lengths: at most `max_length` words when given, else `max_length_ratio * source
     words + max_length_offset`; [EOS] only from `min_length` words on (unless the cap comes
     first). [PAD] and [BOS] are never generated, nor [UNK] with `forbid_unk` (the paper's
-    "No UNK" evaluation), which a call can also ask for alone. `precision="bfloat16"` runs a
-    bfloat16 copy of the model (decoding/precision.py).
+    "No UNK" evaluation), which a call can also ask for alone; where [UNK] never was among a
+    sentence's K best extensions, forbidding it changes nothing there (ties aside), and its
+    hypotheses say so (`same_without_unk`). `precision="bfloat16"` runs a bfloat16 copy of the
+    model (decoding/precision.py).
     """
-
-    # Forbidding [UNK] can change outputs that hold none (other beams survive).
-    unk_free_outputs_are_final = False
 
     def __init__(
         self,
@@ -150,6 +149,7 @@ class BeamSearch:
             log_probs = constrain(log_probs, t, caps, self.min_length, banned)
             beams.attend(alpha)
             top, origins, words, ends = beams.extend(log_probs)
+            beams.unk_chosen[beams.sentences] |= ((words == UNK_ID) & top.isfinite()).any(dim=1)
             self._finish(beams, t, ends, top)
             running = self._running(beams, top)
             if not bool(running.any()):
@@ -221,6 +221,7 @@ class _Beams:
     kept_step: torch.Tensor
     kept_row: torch.Tensor
     n_finished: torch.Tensor
+    unk_chosen: torch.Tensor  # [B] whether [UNK] was ever among the K best extensions
     alphas: list[torch.Tensor] = field(default_factory=list)
     words_at: list[torch.Tensor] = field(default_factory=list)
     parents_at: list[torch.Tensor] = field(default_factory=list)
@@ -253,6 +254,7 @@ class _Beams:
             kept_step=torch.zeros(B, N, dtype=torch.long, device=device),
             kept_row=torch.zeros(B, N, dtype=torch.long, device=device),
             n_finished=torch.zeros(B, dtype=torch.long, device=device),
+            unk_chosen=torch.zeros(B, dtype=torch.bool, device=device),
         )
 
     def attend(self, alpha: torch.Tensor | None) -> None:
@@ -321,7 +323,9 @@ class _Beams:
         out: list[list[Hypothesis]] = [[] for _ in range(len(kept))]
         tokens, attention = tokens.cpu(), None if attention is None else attention.cpu()
         lengths, scores = self.src_lengths.tolist(), kept[sentence, rank].tolist()
+        same_without_unk = (~self.unk_chosen).tolist()
         for h, (b, t) in enumerate(zip(sentence.tolist(), steps.tolist(), strict=True)):
             alpha = None if attention is None else attention[h, : t + 1, : lengths[b]]
-            out[b].append(Hypothesis(tokens[h, :t].tolist(), scores[h], alpha))
+            hypothesis = Hypothesis(tokens[h, :t].tolist(), scores[h], alpha, same_without_unk[b])
+            out[b].append(hypothesis)
         return out

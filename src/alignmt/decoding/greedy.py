@@ -25,9 +25,6 @@ class GreedySearch:
     `forbid_unk` (the paper's "No UNK" evaluation), which a call can also ask for alone.
     `precision="bfloat16"` runs a bfloat16 copy of the model (decoding/precision.py)."""
 
-    # An output without [UNK] is also what the search gives with [UNK] forbidden.
-    unk_free_outputs_are_final = True
-
     def __init__(
         self,
         max_length_ratio: float = 2.0,

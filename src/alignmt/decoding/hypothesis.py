@@ -15,6 +15,9 @@ class Hypothesis:
     tokens: list[int]  # output ids, without [EOS]
     score: float  # log-probability (beam search: the ranking score)
     attention: torch.Tensor | None = None  # [len(tokens) + 1, source length with [EOS]]
+    # The search would return this same output with [UNK] forbidden (the "No UNK" evaluation
+    # need not search again).
+    same_without_unk: bool = False
 
     @classmethod
     def from_batch(
@@ -24,7 +27,8 @@ class Hypothesis:
         attention: torch.Tensor | None,
         src_lengths: torch.Tensor,
     ) -> list[list[Hypothesis]]:
-        """Split [B, T] outputs into one single-best list per sentence (cut after [EOS])."""
+        """Split [B, T] outputs into one single-best list per sentence (cut after [EOS]), each
+        the same without [UNK] if it holds none: the argmax at each step was another word."""
         tokens, scores = tokens.cpu(), scores.cpu().tolist()
         is_eos = tokens == EOS_ID
         has_eos = is_eos.any(dim=1)
@@ -35,7 +39,8 @@ class Hypothesis:
             alpha = None
             if attention is not None:
                 alpha = attention[b, : end + 1, : int(src_lengths[b])]
-            out.append([cls(tokens[b, :end].tolist(), scores[b], alpha)])
+            ids = tokens[b, :end].tolist()
+            out.append([cls(ids, scores[b], alpha, same_without_unk=UNK_ID not in ids)])
         return out
 
 

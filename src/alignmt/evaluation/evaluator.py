@@ -15,7 +15,7 @@ from alignmt.data.corpus import ParallelText
 from alignmt.evaluation.bleu import corpus_scores
 from alignmt.evaluation.results import Evaluation, SentenceResult, TestResults, test_results
 from alignmt.evaluation.unk import no_unk_mask
-from alignmt.special_tokens import EOS_ID, PAD_ID, UNK_ID
+from alignmt.special_tokens import EOS_ID, PAD_ID
 from alignmt.translator import Translation, Translator
 
 
@@ -91,13 +91,9 @@ class Evaluator:
         """The paper's "No UNK" column: sentences with no unknown word in source or reference,
         decoded with [UNK] forbidden. Returns their best translations by row of the batch."""
         rows = no_unk_mask(batch.src, batch.tgt_out).nonzero().squeeze(1).tolist()
-        search = self.translator.search
-        kept = {}
-        if search.forbid_unk or search.unk_free_outputs_are_final:
-            # Either the outputs already never hold [UNK], or an output without one is what
-            # the search gives with [UNK] forbidden too.
-            kept = {b: results[b].translation for b in rows}
-            kept = {b: t for b, t in kept.items() if UNK_ID not in t.ids}
+        forbidden = self.translator.search.forbid_unk  # the outputs already hold no [UNK]
+        kept = {b: results[b].translation for b in rows}
+        kept = {b: t for b, t in kept.items() if forbidden or t.same_without_unk}
         todo = [b for b in rows if b not in kept]
         if todo:
             decoded = self.translator.decode_batch(

@@ -429,7 +429,7 @@ def test_beams_that_share_memory_decode_as_with_memory_per_beam(family, attentio
 
 
 @pytest.mark.parametrize("family", ["rnnsearch", "luong"])
-def test_coverage_keeps_memory_per_beam(family):
+def test_queries_share_memory_only_where_the_attention_can(family):
     model = composed_model(family, "additive" if family == "rnnsearch" else "general", "neural")
     assert not model.beams_share_memory
     query = torch.randn(4, model.decoder.attention.query_size, dtype=torch.double)
@@ -437,4 +437,9 @@ def test_coverage_keeps_memory_per_beam(family):
     mask = torch.ones(2, 3, dtype=torch.bool)
     attention = model.decoder.attention
     with pytest.raises(ValueError, match="keeps state per row"):
+        attention(query, attention.precompute(values), values, mask)
+    plain = composed_model(family, "additive" if family == "rnnsearch" else "general")
+    attention = plain.decoder.attention
+    values, mask = torch.randn(3, 3, attention.key_size, dtype=torch.double), mask[:1].expand(3, 3)
+    with pytest.raises(ValueError, match="needs as many per row: 4 queries cannot share 3"):
         attention(query, attention.precompute(values), values, mask)

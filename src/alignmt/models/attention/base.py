@@ -118,10 +118,12 @@ class Attention(nn.Module):
             return self._one_step_at_a_time(query, keys, values, mask, state)
         single_step = query.dim() == 2
         if single_step:
-            if query.size(0) != values.size(0) and not self.stateless:
+            rows, memory_rows = query.size(0), values.size(0)
+            if rows != memory_rows and (not self.stateless or rows % memory_rows):
+                why = "keeps state per row" if not self.stateless else "needs as many per row"
                 raise ValueError(
-                    f"{type(self).__name__} keeps state per row: {query.size(0)} queries need "
-                    f"{query.size(0)} rows of memory, got {values.size(0)}"
+                    f"{type(self).__name__} {why}: {rows} queries cannot share {memory_rows} "
+                    "rows of memory"
                 )
             query = query.view(values.size(0), -1, query.size(-1))
         weights = self.weights(query, keys, mask, state)

@@ -92,8 +92,8 @@ class Evaluator:
         decoded with [UNK] forbidden. Returns their best translations by row of the batch."""
         rows = no_unk_mask(batch.src, batch.tgt_out).nonzero().squeeze(1).tolist()
         forbidden = self.translator.search.forbid_unk  # the outputs already hold no [UNK]
-        kept = {b: results[b].translation for b in rows}
-        kept = {b: t for b, t in kept.items() if forbidden or t.same_without_unk}
+        translations = {b: results[b].translation for b in rows}
+        kept = {b: t for b, t in translations.items() if forbidden or t.same_without_unk}
         todo = [b for b in rows if b not in kept]
         if todo:
             decoded = self.translator.decode_batch(

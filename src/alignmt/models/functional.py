@@ -7,10 +7,15 @@ import math
 import torch
 
 
+def _sigmoid_tanh_(x: torch.Tensor) -> torch.Tensor:
+    """tanh(x) = 2 sigmoid(2x) - 1, in place."""
+    return x.mul_(2).sigmoid_().mul_(2).sub_(1)
+
+
 class _SigmoidTanhInPlace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        x.mul_(2).sigmoid_().mul_(2).sub_(1)
+        _sigmoid_tanh_(x)
         ctx.mark_dirty(x)
         ctx.save_for_backward(x)
         return x
@@ -70,6 +75,6 @@ def additive_energies(queries: torch.Tensor, keys: torch.Tensor, v: torch.Tensor
         query, key = queries[batch, steps].unsqueeze(2), keys[batch].unsqueeze(1)
         shape = (query.size(0), query.size(1), S, A)
         hidden = torch.add(query, key, out=buffer[: math.prod(shape)].view(shape))
-        hidden.mul_(2).sigmoid_().mul_(2).sub_(1)  # tanh, as tanh_ computes it
+        _sigmoid_tanh_(hidden)  # as tanh_ computes it, without the autograd node per block
         torch.mv(hidden.view(-1, A), v, out=energies[batch, steps].view(-1))
     return energies

@@ -19,6 +19,17 @@ tanh_backward = torch.ops.aten.tanh_backward
 sigmoid_backward = torch.ops.aten.sigmoid_backward
 
 
+def runs_fused(x: torch.Tensor) -> bool:
+    """Whether the hand-written recurrences take input x: float32 or float64 CPU tensors, outside
+    autocast (their attention energies carry a constant offset, which a float32 softmax
+    ignores exactly but bfloat16 would round into the energies)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
 class LinguisticCell:
     """Tu et al.'s linguistic coverage inside a fused recurrence: C' = C + alpha / Phi (Phi = 1
     without fertility), on plain tensors, with its backward pass by hand."""
@@ -93,26 +104,33 @@ class AttentionSteps:
 
         E = v . tanh(K + W_cov C + q);  alpha = softmax(E masked);  c = alpha V
 
-    with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. It
-    keeps the queries and coverage of every step; tanh(K + W_cov C + q), the largest term, is
-    recomputed in the backward pass instead of kept (see functional.tanh_ for the tanh)."""
+    with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. Since
+    tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
+    constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
+    one sigmoid, no tanh and no rescaling passes. It keeps the queries and coverage of every
+    step; the activations, the largest term, are recomputed in the backward pass, not kept."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
         B, A = keys.size(0), keys.size(2)
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
+        self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
         self.queries = keys.new_empty(T, B, A)
         self.hidden = torch.empty_like(keys)
         self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
 
-    def _hidden(self, t):
-        h = self.hidden
+    def _sigmoids(self, t):
+        """sigmoid(2 (K + W_cov C_t + q_t)) [B, S, A], in the one reused buffer."""
+        h, doubled_query = self.hidden, self.queries[t].unsqueeze(1) * 2
         if self.cell is None:
-            torch.add(self.keys, self.queries[t].unsqueeze(1), out=h)
+            torch.add(doubled_query, self.keys, alpha=2, out=h)
         else:
-            torch.matmul(self.coverages[t], self.w_cov.t(), out=h).add_(self.keys)
-            h.add_(self.queries[t].unsqueeze(1))
-        return h.mul_(2).sigmoid_().mul_(2).sub_(1)
+            A = h.size(-1)
+            coverage = self.coverages[t].flatten(0, 1)
+            keys = self.keys.reshape(-1, A)
+            torch.addmm(keys, coverage, self.w_cov.t(), beta=2, alpha=2, out=h.view(-1, A))
+            h.add_(doubled_query)
+        return h.sigmoid_()
 
     def forward(self, t, q, query):
         """alpha [B, S] and c [B, D] of step t, for the projected query q [B, A]; `query` is
@@ -120,8 +138,8 @@ class AttentionSteps:
         self.queries[t] = q
         if self.cell is not None:
             self.coverages[t] = self.coverage
-        energy = torch.matmul(self._hidden(t), self.v).masked_fill_(self.blocked, float("-inf"))
-        alpha = torch.softmax(energy, dim=-1)
+        energy = torch.matmul(self._sigmoids(t), self.two_v)  # E + sum(v): the same softmax
+        alpha = torch.softmax(energy.masked_fill_(self.blocked, float("-inf")), dim=-1)
         c = torch.bmm(alpha.unsqueeze(1), self.values).squeeze(1)
         if self.cell is not None:
             self.coverage = self.cell.step(t, self.coverage, alpha, query)
@@ -132,6 +150,7 @@ class AttentionSteps:
         gradient d_alpha on the weights themselves; steps go backward from the last."""
         if t == self.queries.size(0) - 1:
             self.d_keys, self.d_v = torch.zeros_like(self.keys), torch.zeros_like(self.v)
+            self.four_v = 4 * self.v
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
                 self.d_w_cov = torch.zeros_like(self.w_cov)
@@ -145,14 +164,16 @@ class AttentionSteps:
             )
             d_alpha = d_alpha + d_alpha_cov
         d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
-        h = self._hidden(t)
-        A = h.size(-1)
-        self.d_v.addmv_(h.reshape(-1, A).t(), d_energy.reshape(-1))
-        d_pre = tanh_backward(d_energy.unsqueeze(2) * self.v, h)
+        sigmoids = self._sigmoids(t)
+        A = sigmoids.size(-1)
+        # dE/dv = tanh = 2 sigmoid - 1;  dE/d(pre-activation) = 4 v sigmoid (1 - sigmoid)
+        self.d_v.addmv_(sigmoids.view(-1, A).t(), d_energy.view(-1), alpha=2)
+        self.d_v -= d_energy.sum()
+        d_pre = sigmoid_backward_(self.four_v, sigmoids).mul_(d_energy.unsqueeze(2))
         self.d_keys += d_pre
         if self.cell is not None:
             self.d_coverage = self.d_coverage + d_pre @ self.w_cov
-            self.d_w_cov.addmm_(d_pre.reshape(-1, A).t(), coverage.flatten(0, 1))
+            self.d_w_cov.addmm_(d_pre.view(-1, A).t(), coverage.flatten(0, 1))
         return d_pre.sum(1), d_query
 
     def grads(self) -> tuple:
@@ -160,6 +181,11 @@ class AttentionSteps:
         if self.cell is None:
             return self.d_keys, self.d_v, None
         return self.d_keys, self.d_v, self.d_w_cov, *self.cell.grads()
+
+
+def sigmoid_backward_(grad: torch.Tensor, sigmoids: torch.Tensor) -> torch.Tensor:
+    """grad * s (1 - s) written over the sigmoids s, `grad` broadcast to their shape."""
+    return torch.ops.aten.sigmoid_backward.grad_input(grad, sigmoids, grad_input=sigmoids)
 
 
 class Refeed:

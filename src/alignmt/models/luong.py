@@ -16,6 +16,7 @@ from alignmt.models.fused_recurrence import (
     Refeed,
     coverage_inputs,
     refeed_inputs,
+    runs_fused,
 )
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
@@ -166,7 +167,7 @@ class LuongDecoder(Decoder):
             or self.is_lstm
             or self.num_layers != 1
             or (self.training and self.dropout.p > 0)
-            or tgt_in.is_cuda
+            or not runs_fused(self.embedding.weight)
         ):
             return None
         w_q, b_q, v = energy

@@ -16,6 +16,7 @@ from alignmt.models.fused_recurrence import (
     Refeed,
     coverage_inputs,
     refeed_inputs,
+    runs_fused,
 )
 from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
@@ -113,7 +114,7 @@ class RNNSearchDecoder(Decoder):
     def _fused(self, tgt_in, memory, state, refeed: Refeed | None = None):
         energy = self.attention.fused_energy_weights(coverage=True)
         coverage = coverage_inputs(self.attention, state["attention"])
-        if energy is None or coverage is None or tgt_in.is_cuda:
+        if energy is None or coverage is None or not runs_fused(self.embedding.weight):
             return None
         w_q, b_q, v = energy
         proj, embedded = self.embedding_proj, self.embedding(tgt_in)  # [B, T, E]

@@ -1,4 +1,5 @@
-"""The source encoder: embeddings and a (bi)directional recurrent layer over packed sequences."""
+"""The source encoder: embeddings and a (bi)directional recurrent layer that never reads padding
+into a real position's state."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ RNN_TYPES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
 class RNNEncoder(nn.Module):
-    """Embeds the source and runs a recurrent encoder over it, packed so that padding never
-    enters the recurrence (the backward direction starts at each sentence's real last word).
+    """Embeds the source and runs a recurrent encoder over it so that padding never enters a
+    real position's state (the backward direction starts at each sentence's real last word):
+    over packed sequences, or, for a GRU trained on CPU, over the padded batch (`_padded`).
 
     `reverse_source` feeds the words in reverse order (Sutskever et al. 2014); the annotations
     are returned in source order either way, so attention and alignments stay comparable.
@@ -75,16 +77,50 @@ class RNNEncoder(nn.Module):
         if self.reverse_source:
             src = reverse_padded(src, src_lengths)
         embedded = self.dropout(self.embedding(src))
-        packed = pack_padded_sequence(
-            embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        packed_states, final = self.rnn(packed)
-        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src.size(1))
+        if self.rnn_type == "gru" and embedded.device.type == "cpu" and torch.is_grad_enabled():
+            states, final = self._padded(embedded, src_lengths.to(src.device), mask)
+        else:
+            packed = pack_padded_sequence(
+                embedded, src_lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            packed_states, final = self.rnn(packed)
+            states, _ = pad_packed_sequence(
+                packed_states, batch_first=True, total_length=src.size(1)
+            )
         if self.reverse_source:
             states = reverse_padded(states, src_lengths)
         states = self.dropout(states)
         hidden, cell = final if isinstance(final, tuple) else (final, None)
         return EncoderOutput(states, mask, self._by_layer(hidden), self._by_layer(cell))
+
+    def _padded(self, embedded, lengths, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """(states, final states) as the packed recurrence computes them, from the padded batch,
+        one direction at a time: the backward one reads each row reversed in place, so it
+        starts at the row's last real word, and final states are read at each row's last real
+        word. Padding only follows real words, so it reaches no real position. On CPU, the
+        packed recurrence back-propagates through a zero-filled copy of its whole input per
+        time step, which costs far more than recurring over the padding."""
+        B, H, L = embedded.size(0), self.hidden_size, self.num_layers
+        directions = 2 if self.bidirectional else 1
+        per_direction = 4 if self.rnn.bias else 2  # W_ih, W_hh (, b_ih, b_hh)
+        rows, last = torch.arange(B, device=embedded.device), lengths - 1
+        x, finals = embedded, []
+        for layer in range(L):
+            if layer > 0:
+                x = nn.functional.dropout(x, self.rnn.dropout, self.training)
+            outputs = []
+            for direction in range(directions):
+                first = (layer * directions + direction) * per_direction
+                weights = self.rnn._flat_weights[first : first + per_direction]
+                inputs = x if direction == 0 else reverse_padded(x, lengths)
+                h0 = inputs.new_zeros(1, B, H)
+                out, _ = torch._VF.gru(
+                    inputs, h0, weights, self.rnn.bias, 1, 0.0, self.training, False, True
+                )
+                finals.append(out[rows, last])
+                outputs.append(out if direction == 0 else reverse_padded(out, lengths))
+            x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
+        return x * mask.unsqueeze(-1), torch.stack(finals)  # padding zero, as when packed
 
     def _by_layer(self, final: torch.Tensor | None) -> torch.Tensor | None:
         """[L * directions, B, H] -> [B, L, directions * H]."""

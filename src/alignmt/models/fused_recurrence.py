@@ -153,7 +153,7 @@ class AttentionSteps:
             self.four_v = 4 * self.v
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
-                self.d_w_cov = torch.zeros_like(self.w_cov)
+                self.d_w_cov_t = self.w_cov.new_zeros(self.w_cov.t().shape)  # see grads()
         d_alpha_c = (self.values * d_c.unsqueeze(1)).sum(-1)  # faster than bmm for this shape
         d_alpha = d_alpha_c if d_alpha is None else d_alpha_c + d_alpha
         d_query = None
@@ -173,14 +173,16 @@ class AttentionSteps:
         self.d_keys += d_pre
         if self.cell is not None:
             self.d_coverage = self.d_coverage + d_pre @ self.w_cov
-            self.d_w_cov.addmm_(d_pre.view(-1, A).t(), coverage.flatten(0, 1))
+            self.d_w_cov_t.addmm_(coverage.flatten(0, 1).t(), d_pre.view(-1, A))
         return d_pre.sum(1), d_query
 
     def grads(self) -> tuple:
-        """d keys, d v, d W_cov (None without coverage) and the coverage model's inputs'."""
+        """d keys, d v, d W_cov (None without coverage) and the coverage model's inputs'. d W_cov
+        [A, n] is summed as its transpose: with n a few units, the [A, B S] x [B S, n] product
+        runs several times slower per step than [n, B S] x [B S, A]."""
         if self.cell is None:
             return self.d_keys, self.d_v, None
-        return self.d_keys, self.d_v, self.d_w_cov, *self.cell.grads()
+        return self.d_keys, self.d_v, self.d_w_cov_t.t(), *self.cell.grads()
 
 
 def sigmoid_backward_(grad: torch.Tensor, sigmoids: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ sigmoid_backward = torch.ops.aten.sigmoid_backward
 def runs_fused(x: torch.Tensor) -> bool:
     """Whether the hand-written recurrences take input x: float32 or float64 CPU tensors, outside
     autocast (their attention energies carry a constant offset, which a float32 softmax
-    ignores exactly but bfloat16 would round into the energies)."""
+    ignores to rounding but bfloat16 would round into the energies)."""
     return (
         x.device.type == "cpu"
         and x.dtype in (torch.float32, torch.float64)
@@ -64,7 +64,9 @@ class NeuralCell:
         self.annotation_gates, self.w_weight, self.w_query = annotation_gates, w_weight, w_query
         self.w_rec, self.b_rec = w_rec, b_rec
         self.saved = {}  # step -> r, z, n, W_rn C + b_rn
-        self.d = [torch.zeros_like(p) for p in (annotation_gates, w_weight, w_query, w_rec, b_rec)]
+        # d W_rec summed as its transpose, as AttentionSteps sums d W_cov (see its grads())
+        inputs = annotation_gates, w_weight, w_query, w_rec.t(), b_rec
+        self.d = [torch.zeros_like(p, memory_format=torch.contiguous_format) for p in inputs]
 
     def step(self, t, coverage, alpha, query):
         n_size = coverage.size(-1)
@@ -85,18 +87,19 @@ class NeuralCell:
         d_pre_z = sigmoid_backward(d_next * (coverage - n), z)
         d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=-1)  # [B, S, 3n]
         d_gh = torch.cat([d_pre_r, d_pre_z, d_pre_n * r], dim=-1)
-        d_gates, d_weight, d_query_w, d_rec, d_bias = self.d
+        d_gates, d_weight, d_query_w, d_rec_t, d_bias = self.d
         d_gates += d_gx
         d_weight[:, 0] += (d_gx * alpha.unsqueeze(-1)).sum((0, 1))
         d_per_query = d_gx.sum(1)  # [B, 3n]
         d_query_w.addmm_(d_per_query.t(), query)
-        d_rec.addmm_(d_gh.flatten(0, 1).t(), coverage.flatten(0, 1))
+        d_rec_t.addmm_(coverage.flatten(0, 1).t(), d_gh.flatten(0, 1))
         d_bias += d_gh.sum((0, 1))
         d_coverage = d_next * z + d_gh @ self.w_rec
         return d_coverage, d_gx @ self.w_weight[:, 0], d_per_query @ self.w_query
 
     def grads(self) -> tuple:
-        return tuple(self.d)
+        d_gates, d_weight, d_query_w, d_rec_t, d_bias = self.d
+        return d_gates, d_weight, d_query_w, d_rec_t.t(), d_bias
 
 
 class AttentionSteps:

@@ -154,10 +154,12 @@ class AttentionSteps:
         if t == self.queries.size(0) - 1:
             self.d_keys, self.d_v = torch.zeros_like(self.keys), torch.zeros_like(self.v)
             self.four_v = 4 * self.v
+            self.products = torch.empty_like(self.values)  # reused: a fresh one faults its pages
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
                 self.d_w_cov_t = self.w_cov.new_zeros(self.w_cov.t().shape)  # see grads()
-        d_alpha_c = (self.values * d_c.unsqueeze(1)).sum(-1)  # faster than bmm for this shape
+        products = torch.mul(self.values, d_c.unsqueeze(1), out=self.products)
+        d_alpha_c = products.sum(-1)  # faster than bmm for this shape
         d_alpha = d_alpha_c if d_alpha is None else d_alpha_c + d_alpha
         d_query = None
         if self.cell is not None:

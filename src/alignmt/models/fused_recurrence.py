@@ -110,7 +110,7 @@ class AttentionSteps:
     with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. Since
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
-    one sigmoid, no tanh and no rescaling passes. It keeps the queries and coverage of every
+    one sigmoid, no tanh and no rescaling passes. It keeps the (doubled) queries and coverage of every
     step; the activations, the largest term, are recomputed in the backward pass, not kept."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
@@ -118,13 +118,13 @@ class AttentionSteps:
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
         self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
-        self.queries = keys.new_empty(T, B, A)
+        self.doubled_queries = keys.new_empty(T, B, A)  # 2 q of every step
         self.hidden = torch.empty_like(keys)
         self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
 
     def _sigmoids(self, t):
         """sigmoid(2 (K + W_cov C_t + q_t)) [B, S, A], in the one reused buffer."""
-        h, doubled_query = self.hidden, self.queries[t].unsqueeze(1) * 2
+        h, doubled_query = self.hidden, self.doubled_queries[t].unsqueeze(1)
         if self.cell is None:
             torch.add(doubled_query, self.keys, alpha=2, out=h)
         else:
@@ -138,7 +138,7 @@ class AttentionSteps:
     def forward(self, t, q, query):
         """alpha [B, S] and c [B, D] of step t, for the projected query q [B, A]; `query` is
         what the coverage model reads."""
-        self.queries[t] = q
+        torch.mul(q, 2, out=self.doubled_queries[t])
         if self.cell is not None:
             self.coverages[t] = self.coverage
         energy = torch.matmul(self._sigmoids(t), self.two_v)  # E + sum(v): the same softmax
@@ -151,7 +151,7 @@ class AttentionSteps:
     def backward(self, t, alpha, d_c, d_alpha, query):
         """(dq [B, A], d query from the coverage model or None) of step t, from d_c and any
         gradient d_alpha on the weights themselves; steps go backward from the last."""
-        if t == self.queries.size(0) - 1:
+        if t == self.doubled_queries.size(0) - 1:
             self.d_keys, self.d_v = torch.zeros_like(self.keys), torch.zeros_like(self.v)
             self.four_v = 4 * self.v
             self.products = torch.empty_like(self.values)  # reused: a fresh one faults its pages

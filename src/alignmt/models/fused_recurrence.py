@@ -110,8 +110,8 @@ class AttentionSteps:
     with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. Since
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
-    one sigmoid, no tanh and no rescaling passes. It keeps the (doubled) queries and coverage of every
-    step; the activations, the largest term, are recomputed in the backward pass, not kept."""
+    one sigmoid, no tanh and no rescaling passes. It keeps the (doubled) queries and coverage
+    of every step; the activations, the largest term, are recomputed in the backward pass."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
         B, A = keys.size(0), keys.size(2)

@@ -13,14 +13,15 @@ none always runs first. Sections (each can be left out):
   every system emits the same number of tokens; greedy and beam 5 (our beam search stops
   `exact`ly, which at a fixed length does the work `early` stopping does: every hypothesis
   ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
-  alignmt decodes at each of `--precisions`: float32 (exact, the default) and bfloat16 (the
-  bfloat16 copy of the model; columns "... bf16").
+  alignmt decodes at each of `--precisions`: float32 (exact, the default), bfloat16 (the
+  bfloat16 copy of the model; columns "... bf16") and int8 (int8 vocabulary projections;
+  columns "... int8").
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
 - trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own
   greedy decoding of dev, scored here with sacrebleu) reaches `--bleu-target`, then decodes the
   test set at its natural lengths (at most `--length` tokens), each search and batch size, for
-  every repeat, with test BLEU (so the bfloat16 columns show what that precision costs).
+  every repeat, with test BLEU (so the bf16 and int8 columns show what each precision costs).
 
 Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
 their median reported beside the medians of the figures. Every figure goes to
@@ -38,6 +39,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SUFFIXES = {"float32": "", "bfloat16": " bf16", "int8": " int8"}  # alignmt's column names
 sys.path.insert(0, str(HERE / "peers"))
 import peers  # noqa: E402
 from peers import Decoding  # noqa: E402
@@ -170,7 +172,7 @@ def decode_all(system, name: str, checkpoint, decoding: Decoding, scratch, args)
     if not is_ours(name):
         return {name: system.decode(args.workload, scratch, checkpoint, decoding)}
     return {
-        name + ("" if precision == "float32" else " bf16"): system.decode(
+        name + SUFFIXES[precision]: system.decode(
             args.workload, scratch, checkpoint, decoding, precision
         )
         for precision in args.precisions
@@ -338,7 +340,7 @@ def extension_rows(log: Log) -> list[str]:
 
 
 def precision_suffixes(args) -> list[str]:
-    return ["" if p == "float32" else " bf16" for p in args.precisions]
+    return [SUFFIXES[p] for p in args.precisions]
 
 
 def parse_args() -> argparse.Namespace:
@@ -363,8 +365,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 1])
     parser.add_argument("--batch1-sentences", type=int, default=100)
     parser.add_argument(
-        "--precisions", nargs="+", default=["float32", "bfloat16"],
-        choices=["float32", "bfloat16"], help="alignmt's decoding precisions (float32: exact)",
+        "--precisions", nargs="+", default=["float32", "bfloat16", "int8"],
+        choices=list(SUFFIXES), help="alignmt's decoding precisions (float32: exact)",
     )  # fmt: skip
     parser.add_argument("--bleu-target", type=float, default=90.0)
     parser.add_argument("--round-steps", type=int, default=500)

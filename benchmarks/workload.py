@@ -5,7 +5,7 @@
         [--save-as NAME] [--threads 2]
     python benchmarks/workload.py decode WORKLOAD_DIR SCRATCH_DIR --checkpoint PATH
         [--search greedy|beam5] [--batch-size 64] [--min-length 0] [--max-length 100]
-        [--split test|dev] [--sentences N] [--precision float32|bfloat16] [--output FILE]
+        [--split test|dev] [--sentences N] [--precision float32|bfloat16|int8] [--output FILE]
         [--threads 2]
 
 Prints one JSON dict of figures, named as benchmarks/peers/peers.py names them.
@@ -293,7 +293,7 @@ def main() -> None:
     parser.add_argument("--min-length", type=int, default=0)
     parser.add_argument("--max-length", type=int, default=100)
     parser.add_argument("--split", choices=["test", "dev"], default="test")
-    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--precision", choices=["float32", "bfloat16", "int8"], default="float32")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)

@@ -1,4 +1,4 @@
-"""Decoding precision: float32 is the searches' exact default, bfloat16 an explicit option."""
+"""Decoding precision: float32 is the searches' exact default, bfloat16 and int8 options."""
 
 import copy
 
@@ -12,6 +12,7 @@ from alignmt.models import Luong, RNNSearch
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.ensemble import Ensemble
+from alignmt.models.readout import VocabularyProjection
 from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
@@ -86,31 +87,35 @@ def configured(family: str, *overrides: str):
         ("rnnencdec", []),
     ],
 )
-def test_every_model_family_decodes_in_bfloat16(family, overrides):
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_every_model_family_decodes_at_each_precision(family, overrides, precision):
     model = configured(family, *overrides)
     src, lengths = sources()
     for search in (GreedySearch, BeamSearch):
-        out = search(max_length=4, min_length=4, precision="bfloat16")(model, src, lengths)
+        out = search(max_length=4, min_length=4, precision=precision)(model, src, lengths)
         assert [len(n[0].tokens) for n in out] == [4, 4, 4]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert all(m.int8 is None for m in model.modules() if isinstance(m, VocabularyProjection))
 
 
-def test_a_copying_model_decodes_in_bfloat16_with_its_batchs_copy_ids():
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_a_copying_model_decodes_with_its_batchs_copy_ids(precision):
     model = configured("rnnsearch", "model/copy=pointer_generator")
     src, lengths = sources()
     src_copy = src.clone()
     src_copy[src_copy == 7] = 30  # a source word outside the target vocabulary, copied as 30
     bound = WithSourceCopy(model, src_copy)
-    out = GreedySearch(max_length=4, min_length=4, precision="bfloat16")(bound, src, lengths)
+    out = GreedySearch(max_length=4, min_length=4, precision=precision)(bound, src, lengths)
     assert [len(n[0].tokens) for n in out] == [4, 4, 4]
-    assert isinstance(model_at("bfloat16", bound), WithSourceCopy)
-    assert model_at("bfloat16", bound).model is model_at("bfloat16", model)
+    assert isinstance(model_at(precision, bound), WithSourceCopy)
+    assert model_at(precision, bound).model is model_at(precision, model)
 
 
-def test_an_ensemble_decodes_in_bfloat16():
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_an_ensemble_decodes_at_each_precision(precision):
     members = [configured("rnnsearch"), configured("luong")]
     src, lengths = sources()
-    out = BeamSearch(beam_size=2, max_length=3, precision="bfloat16")(
+    out = BeamSearch(beam_size=2, max_length=3, precision=precision)(
         Ensemble(members).eval(), src, lengths
     )
     assert all(len(n[0].tokens) <= 3 for n in out)
@@ -141,3 +146,52 @@ def test_the_bfloat16_copy_follows_the_models_mode():
     assert not model_at("bfloat16", model).training
     model.train()
     assert model_at("bfloat16", model).training
+
+
+def test_the_int8_projection_is_within_its_quantization_error():
+    """Against the analytic bound of rounding both factors: with inputs x on a grid of step
+    s_x = (max x - min x) / 127 (at most, 7-bit activations) and each weight row W_j on a grid of
+    step s_j = max |W_j| / 127, |x^ . W^_j - x . W_j| <= sum_k (|W_jk| s_x + |x_k| s_j) / 2
+    + K s_x s_j / 4."""
+    torch.manual_seed(0)
+    layer = VocabularyProjection(64, 300)
+    x = torch.randn(17, 64) * 3
+    exact = layer(x)
+    layer.quantize_int8_()
+    with torch.inference_mode():
+        low = layer(x)
+    s_x = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
+    s_w = layer.weight.abs().amax(1) / 127  # [300]
+    bound = (
+        layer.weight.abs().sum(1) * s_x / 2
+        + x.abs().sum(1, keepdim=True) * s_w / 2
+        + 64 * s_x * s_w / 4
+    )
+    error = (low - exact).abs()
+    assert bool((error <= bound * 1.001).all())
+    assert error.max() > 0  # the product did run in int8
+    assert error.max() < 0.05 * exact.abs().max()
+
+
+def test_int8_copies_follow_the_weights_and_leave_the_model_alone():
+    model = configured("luong")
+    first = model_at("int8", model)
+    assert model_at("int8", model) is first and model_at("bfloat16", model) is not first
+    assert first.decoder.output.int8 is not None and model.decoder.output.int8 is None
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(-1.5)
+    second = model_at("int8", model)
+    assert second is not first
+    x = torch.randn(3, model.decoder.output.in_features)
+    with torch.inference_mode():
+        close = second.decoder.output(x) - model.decoder.output(x)
+        stale = first.decoder.output(x) - model.decoder.output(x)
+    assert close.abs().max() < 0.1 * stale.abs().max()
+
+
+def test_int8_is_refused_off_cpu():
+    with torch.device("meta"):
+        model = Luong(40, 30, 8, 10, 1, rnn_type="gru", attention=AdditiveAttention)
+    with pytest.raises(ValueError, match="int8 runs on CPU only"):
+        model_at("int8", model)

@@ -1,12 +1,15 @@
-"""Decoding in bfloat16, an option: the searches' matrix products at half the memory traffic.
+"""Decoding precision: float32 (exact, the default), bfloat16 or int8, the last two options.
 
-The default, float32, is exact: outputs do not depend on it being chosen. With `bfloat16`
-the searches run a bfloat16 copy of the model (weights, encoder memory and decoder state all
-in bfloat16); logits become float32 before the log-softmax, and scores, attention and the
-search's own arithmetic stay float32. Casting once beats autocast, which casts the encoder
-memory and every activation again at every step. Outputs can differ where two words are
-nearly tied: whether that moves BLEU is a measurement (benchmarks/compare.py reports test
-BLEU at both).
+float32 is exact: outputs do not depend on it being chosen. With `bfloat16` the searches run
+a bfloat16 copy of the model (weights, encoder memory and decoder state all in bfloat16);
+logits become float32 before the log-softmax, and scores, attention and the search's own
+arithmetic stay float32. Casting once beats autocast, which casts the encoder memory and every
+activation again at every step; it pays on CPUs with bfloat16 matrix units (AMX, AVX-512
+BF16) and costs on those without. With `int8` (CPU only) the searches run a float32 copy whose
+vocabulary projections multiply in int8 (`VocabularyProjection.quantize_int8_`): the step's
+largest product, and at batch 1 most of the weights a step reads. Outputs of both can differ
+where two words are nearly tied: whether that moves BLEU is a measurement
+(benchmarks/compare.py reports test BLEU at each).
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import torch
 from torch import nn
 
 from alignmt.models.copy import WithSourceCopy
+from alignmt.models.readout import VocabularyProjection
 
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "int8")
 
-# model -> (the versions of its parameters when copied, its bfloat16 copy)
+# (model, precision) -> (the versions of its parameters when copied, the copy)
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -39,17 +43,36 @@ def _versions(model: nn.Module) -> tuple:
 
 def model_at(precision: str, model: nn.Module) -> nn.Module:
     """The model the searches run at `precision`: `model` itself for float32, else its
-    bfloat16 copy, made once and made again after the model's weights change."""
+    bfloat16 or int8 copy, made once and made again after the model's weights change."""
     if precision == "float32":
         return model
     if isinstance(model, WithSourceCopy):  # made per batch: the model inside is what lasts
         return WithSourceCopy(model_at(precision, model.model), model.src_copy)
     versions = _versions(model)
-    cached = _copies.get(model)
+    copies = _copies.setdefault(model, {})
+    cached = copies.get(precision)
     if cached is None or cached[0] != versions:
         # Outside inference mode, whatever the caller is in: the copy outlives this call.
         with torch.inference_mode(False), torch.no_grad():
-            low = copy.deepcopy(model).to(torch.bfloat16)
+            low = copy.deepcopy(model)
+            if precision == "bfloat16":
+                low.to(torch.bfloat16)
+            else:
+                _quantize_vocabulary_projections(low)
         cached = (versions, low)
-        _copies[model] = cached
+        copies[precision] = cached
     return cached[1].train(model.training)
+
+
+def _quantize_vocabulary_projections(model: nn.Module) -> None:
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cpu"}:
+        raise ValueError(f"decoding.precision=int8 runs on CPU only; the model is on {devices}")
+    projections = [m for m in model.modules() if isinstance(m, VocabularyProjection)]
+    if not projections:
+        raise ValueError(
+            f"decoding.precision=int8: {type(model).__name__} has no VocabularyProjection "
+            "(the layer int8 decoding quantizes)"
+        )
+    for projection in projections:
+        projection.quantize_int8_()

@@ -128,7 +128,7 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     assert {(r["system"], r["key"]) for r in matched} == {
         (system + precision, f"{search} batch 4")
         for system in ("alignmt-luong", "alignmt-rnnsearch")
-        for precision in ("", " bf16")
+        for precision in ("", " bf16", " int8")  # every precision, by default
         for search in ("greedy", "beam5")
     }
     for r in matched:  # min = max length: every output has exactly that many words

@@ -12,7 +12,7 @@ from alignmt.models import Luong, RNNSearch
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.ensemble import Ensemble
-from alignmt.models.readout import VocabularyProjection
+from alignmt.models.int8 import Int8Linear, int8_recurrent
 from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
@@ -95,7 +95,7 @@ def test_every_model_family_decodes_at_each_precision(family, overrides, precisi
         out = search(max_length=4, min_length=4, precision=precision)(model, src, lengths)
         assert [len(n[0].tokens) for n in out] == [4, 4, 4]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    assert all(m.int8 is None for m in model.modules() if isinstance(m, VocabularyProjection))
+    assert not any(isinstance(m, Int8Linear) for m in model.modules())  # the model is left alone
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
@@ -154,12 +154,11 @@ def test_the_int8_projection_is_within_its_quantization_error():
     step s_j = max |W_j| / 127, |x^ . W^_j - x . W_j| <= sum_k (|W_jk| s_x + |x_k| s_j) / 2
     + K s_x s_j / 4."""
     torch.manual_seed(0)
-    layer = VocabularyProjection(64, 300)
+    layer = torch.nn.Linear(64, 300)
     x = torch.randn(17, 64) * 3
     exact = layer(x)
-    layer.quantize_int8_()
     with torch.inference_mode():
-        low = layer(x)
+        low = Int8Linear.of(layer)(x)
     s_x = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
     s_w = layer.weight.abs().amax(1) / 127  # [300]
     bound = (
@@ -177,7 +176,8 @@ def test_int8_copies_follow_the_weights_and_leave_the_model_alone():
     model = configured("luong")
     first = model_at("int8", model)
     assert model_at("int8", model) is first and model_at("bfloat16", model) is not first
-    assert first.decoder.output.int8 is not None and model.decoder.output.int8 is None
+    assert isinstance(first.decoder.output, Int8Linear)
+    assert type(model.decoder.output) is torch.nn.Linear
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(-1.5)
@@ -195,3 +195,44 @@ def test_int8_is_refused_off_cpu():
         model = Luong(40, 30, 8, 10, 1, rnn_type="gru", attention=AdditiveAttention)
     with pytest.raises(ValueError, match="int8 runs on CPU only"):
         model_at("int8", model)
+
+
+@pytest.mark.parametrize("rnn_type", [torch.nn.GRU, torch.nn.LSTM])
+def test_the_int8_recurrent_layer_runs_the_same_recurrence_to_within_rounding(rnn_type):
+    torch.manual_seed(0)
+    rnn = rnn_type(24, 32, num_layers=2, batch_first=True)
+    x = torch.randn(5, 7, 24)
+    with torch.inference_mode():
+        exact, _ = rnn(x)
+        low, _ = int8_recurrent(rnn)(x)
+    error = (low - exact).abs().max()
+    assert 0 < error < 0.05 * exact.abs().max()  # int8 ran, and rounded only
+
+
+@pytest.mark.parametrize(
+    "family, overrides",
+    [
+        ("rnnsearch", ["model/coverage=neural"]),
+        ("luong", ["model.input_feeding=true"]),
+        ("luong", ["model.rnn_type=lstm", "model/attention=general"]),
+        ("rnnencdec", []),
+    ],
+)
+def test_the_int8_decoder_step_is_the_float_step_to_within_rounding(family, overrides):
+    """Every matrix of the decoder in int8 (vectors and the encoder stay float32): one step
+    from the same state gives the same logits and next state, up to rounding."""
+    model = configured(family, *overrides)
+    low = model_at("int8", model)
+    layers = [m for m in low.decoder.modules() if type(m) is torch.nn.Linear]
+    assert all(1 in (m.in_features, m.out_features) for m in layers)
+    assert not any(isinstance(m, Int8Linear) for m in low.encoder.modules())
+    src, lengths = sources()
+    tokens = torch.tensor([5, 6, 7])
+    with torch.inference_mode():
+        results = []
+        for m in (model, low):
+            logits, state, _ = m.step(tokens, *m.start(src, lengths))
+            results.append((logits, state["hidden"]))
+    for exact, rounded in zip(*results, strict=True):
+        error = (rounded - exact).abs().max()
+        assert 0 < error < 0.05 * exact.abs().max()

@@ -6,8 +6,8 @@ logits become float32 before the log-softmax, and scores, attention and the sear
 arithmetic stay float32. Casting once beats autocast, which casts the encoder memory and every
 activation again at every step; it pays on CPUs with bfloat16 matrix units (AMX, AVX-512
 BF16) and costs on those without. With `int8` (CPU only) the searches run a float32 copy whose
-vocabulary projections multiply in int8 (`VocabularyProjection.quantize_int8_`): the step's
-largest product, and at batch 1 most of the weights a step reads. Outputs of both can differ
+decoders multiply in int8 (alignmt.models.int8): every matrix of a step, the vocabulary
+projection and the recurrent layer included; the encoder stays float32. Outputs of both can differ
 where two words are nearly tied: whether that moves BLEU is a measurement
 (benchmarks/compare.py reports test BLEU at each).
 """
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from alignmt.models.copy import WithSourceCopy
-from alignmt.models.readout import VocabularyProjection
+from alignmt.models.int8 import quantize_decoders_
 
 PRECISIONS = ("float32", "bfloat16", "int8")
 
@@ -48,6 +48,8 @@ def model_at(precision: str, model: nn.Module) -> nn.Module:
         return model
     if isinstance(model, WithSourceCopy):  # made per batch: the model inside is what lasts
         return WithSourceCopy(model_at(precision, model.model), model.src_copy)
+    if precision == "int8":
+        _check_int8_device(model)  # before the copy, which may be large
     versions = _versions(model)
     copies = _copies.setdefault(model, {})
     cached = copies.get(precision)
@@ -58,21 +60,21 @@ def model_at(precision: str, model: nn.Module) -> nn.Module:
             if precision == "bfloat16":
                 low.to(torch.bfloat16)
             else:
-                _quantize_vocabulary_projections(low)
+                _quantize(low)
         cached = (versions, low)
         copies[precision] = cached
     return cached[1].train(model.training)
 
 
-def _quantize_vocabulary_projections(model: nn.Module) -> None:
+def _check_int8_device(model: nn.Module) -> None:
     devices = {p.device.type for p in model.parameters()}
     if devices != {"cpu"}:
         raise ValueError(f"decoding.precision=int8 runs on CPU only; the model is on {devices}")
-    projections = [m for m in model.modules() if isinstance(m, VocabularyProjection)]
-    if not projections:
+
+
+def _quantize(model: nn.Module) -> None:
+    if quantize_decoders_(model) == 0:
         raise ValueError(
-            f"decoding.precision=int8: {type(model).__name__} has no VocabularyProjection "
-            "(the layer int8 decoding quantizes)"
+            f"decoding.precision=int8: {type(model).__name__}'s decoder has no linear or "
+            "recurrent layer to quantize"
         )
-    for projection in projections:
-        projection.quantize_int8_()

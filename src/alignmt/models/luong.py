@@ -19,7 +19,6 @@ from alignmt.models.fused_recurrence import (
     runs_fused,
 )
 from alignmt.models.init import initialise
-from alignmt.models.readout import VocabularyProjection
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
@@ -77,7 +76,7 @@ class LuongDecoder(Decoder):
             else None
         )  # W_c
         self.dropout = nn.Dropout(dropout)
-        self.output = VocabularyProjection(hidden_size, vocab_size)  # W_s
+        self.output = nn.Linear(hidden_size, vocab_size)  # W_s
         copies = (
             not encoder.bidirectional
             and encoder.rnn_type == rnn_type

@@ -2,6 +2,7 @@
 
     bash benchmarks/peers/setup_peers.sh                      # once: the peers' virtualenvs
     python benchmarks/compare.py WORKLOAD_DIR SCRATCH_DIR [--repeats 3] [--no-peers]
+        [--models alignmt-luong alignmt-rnnsearch] [--sections speed extensions trained]
 
 WORKLOAD_DIR is what ../shared/bench/make_workload.py writes (made there if missing). Every run
 is a fresh process with `--threads` threads; systems run in an order rotated every repeat, so
@@ -357,6 +358,10 @@ def parse_args() -> argparse.Namespace:
         "--extensions", nargs="+", default=list(EXTENSIONS), choices=list(EXTENSIONS),
         help="the configurations of the extensions section (each with its plain model)",
     )  # fmt: skip
+    parser.add_argument(
+        "--models", nargs="+", default=list(OURS), choices=list(OURS),
+        help="alignmt's configurations to run (the peers run Luong's)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=60, help="training steps, warm-up included")
     parser.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
@@ -388,7 +393,7 @@ def main() -> None:
         subprocess.run([sys.executable, str(maker), str(args.workload)], check=True)
     args.workload, args.scratch = args.workload.resolve(), args.scratch.resolve()
     args.scratch.mkdir(parents=True, exist_ok=True)
-    systems = {name: Ours(model, args.override, args.threads) for name, model in OURS.items()}
+    systems = {name: Ours(OURS[name], args.override, args.threads) for name in args.models}
     if not args.no_peers:
         for name in peers.PEERS:
             systems[name] = peers.make_peer(
@@ -401,7 +406,7 @@ def main() -> None:
         extensions_section(args, log)
     if "trained" in args.sections:
         trained_section(systems, args, log)
-    columns = [n + suffix for n in OURS for suffix in precision_suffixes(args)]
+    columns = [n + suffix for n in args.models for suffix in precision_suffixes(args)]
     summary = table(log, args, [*columns, *(n for n in systems if not is_ours(n))])
     (args.scratch / "summary.md").write_text(summary)
     print(summary)

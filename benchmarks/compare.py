@@ -288,7 +288,8 @@ def header(systems: list[str], first: str) -> list[str]:
 
 def table(log: Log, args, systems: list[str]) -> str:
     lines = [f"Medians of {args.repeats} repeats, {args.threads} threads.", ""]
-    trainers = [s for s in systems if s in OURS or not is_ours(s)]  # no decoding-only columns
+    # one training column per configuration, whichever precisions it decoded at
+    trainers = [*args.models, *(s for s in systems if not is_ours(s))]
     if "speed" in args.sections:
         lines += [f"**Training** ({args.steps} steps, timed after {args.warmup})", ""]
         lines += header(trainers, "figure")

@@ -157,8 +157,14 @@ def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch, 
     for system, rate in (("alignmt-luong", 6.0), ("alignmt-luong bf16", 9.0), ("onmt", 2.0)):
         log.add("speed", system, 0, "greedy batch 4", {"sent_per_s": rate})
     args = SimpleNamespace(repeats=1, threads=1, sections=["speed"], steps=3, warmup=1, length=5,
-                           batch_sizes=[4], batch1_sentences=2, sentences=None)  # fmt: skip
+                           batch_sizes=[4], batch1_sentences=2, sentences=None,
+                           models=["alignmt-luong"])  # fmt: skip
     summary = compare.table(log, args, systems)
     assert_rows_fill_headers(summary)
     assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
     assert "| greedy batch 4: sentences/s (all) | 6.0 | 9.0 | 2.0 | 3.00x | 4.50x |" in summary
+    # decoded at bf16 only: the configuration's training column stays
+    summary = compare.table(log, args, ["alignmt-luong bf16", "onmt"])
+    assert_rows_fill_headers(summary)
+    assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
+    assert "| greedy batch 4: sentences/s (all) | 9.0 | 2.0 | 4.50x |" in summary

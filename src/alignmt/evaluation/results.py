@@ -21,7 +21,7 @@ from alignmt.evaluation.alignment import (
     word_attention,
 )
 from alignmt.evaluation.attention_stats import attention_statistics
-from alignmt.evaluation.bleu import corpus_scores
+from alignmt.evaluation.bleu import corpus_bleu
 from alignmt.evaluation.by_length import (
     bleu_by_length,
     bucket_metric_key,
@@ -121,8 +121,11 @@ def test_results(
     no_unk = [o for o in outputs if o.no_unk is not None]
     if no_unk:
         hyps, refs = [o.no_unk.text for o in no_unk], [references[o.index] for o in no_unk]
-        more = [[extra[o.index] for o in no_unk] for extra in text.extra_references]
-        metrics["test/bleu_no_unk"] = corpus_scores(hyps, refs, extra_references=more)["bleu"]
+        if hyps == hypotheses:  # every sentence, each output already without [UNK]
+            metrics["test/bleu_no_unk"] = scores["bleu"]
+        else:
+            more = [[extra[o.index] for o in no_unk] for extra in text.extra_references]
+            metrics["test/bleu_no_unk"] = corpus_bleu(hyps, refs, extra_references=more).score
     exposure = None
     if outputs[0].exposure is not None:
         exposure = exposure_curves(*zip(*(o.exposure for o in outputs), strict=True), oracle)

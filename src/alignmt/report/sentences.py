@@ -108,10 +108,12 @@ def sentence_records(evaluation, text, tokenizers, alignment_unit: str = "words"
 
 def write_sentences(path: str | Path, records) -> None:
     """Records as gzipped JSON lines, written whole or not at all; `mtime=0` so equal
-    results give equal bytes."""
+    results give equal bytes. Level 6 (gzip's own default) rather than Python's 9: many times
+    faster for a slightly larger file."""
 
     def write(f) -> None:
-        with gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as z, io.TextIOWrapper(z, "utf-8") as t:
+        gzipped = gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0)
+        with gzipped as z, io.TextIOWrapper(z, "utf-8") as t:
             for record in records:
                 t.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a new user meets, measured from a fresh clone of REF (default HEAD) of this repository:
 # the wall time of `make install`, the size of the virtualenv it makes, and the wall time of
-# `make quickstart` (which trains; skip it with --size-only). Fresh pip and corpus caches, so
+# `make quickstart` (which trains; skip it with --size-only). Fresh pip, uv and corpus caches, so
 # nothing is reused from earlier runs; the clone is deleted afterwards (--keep keeps it).
 #
 #   tools/fresh_clone.sh 48ec656 --size-only    # before the lighter install
@@ -21,7 +21,7 @@ work=$(mktemp -d)
 git clone -q --no-hardlinks "$repo" "$work/clone"
 git -C "$work/clone" checkout -q "$(git -C "$repo" rev-parse "$ref")"
 cd "$work/clone"
-export PIP_CACHE_DIR="$work/pip-cache" ALIGNMT_CACHE="$work/alignmt-cache"
+export PIP_CACHE_DIR="$work/pip-cache" UV_CACHE_DIR="$work/uv-cache" ALIGNMT_CACHE="$work/alignmt-cache"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # seconds LOG COMMAND...: run COMMAND with its output in LOG, print how long it took

@@ -126,6 +126,9 @@ RESUMES = {
     "workers": ({"num_workers": 2}, 20, 4, {}),
     "stream": ({"stream_shards": 2}, 45, 11, {}),  # over 2 passes of 25 batches
     "stream, workers": ({"stream_shards": 3, "num_workers": 2}, 45, 9, {}),
+    # a curriculum's epoch of 10 steps, then ordinary epochs of 13
+    "curriculum": ({"curriculum": {"steps": 10, "initial": 0.2}}, 30, 6, {}),
+    "after the curriculum": ({"curriculum": {"steps": 10, "initial": 0.2}}, 30, 14, {}),
 }
 
 
@@ -137,6 +140,13 @@ def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(toy, tmp_pa
     ckpt = tmp_path / f"step={at}.ckpt"
     resumed = fit(toy, dm_options, ckpt_path=ckpt, max_steps=steps, **options)
     assert straight[:at] + resumed == straight
+
+
+def test_a_curriculum_refuses_streamed_training_data(toy):
+    dm = datamodule(toy, stream_shards=2, curriculum={"steps": 10})
+    dm.setup("fit")
+    with pytest.raises(ValueError, match=r"data\.curriculum .* not streamed"):
+        dm.train_dataloader()
 
 
 class Validated(Recorder):

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from alignmt.data.curriculum import Curriculum
 from alignmt.data.mapped import MappedTable
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -262,6 +263,12 @@ class LengthBucketSampler(Sampler[list[int]]):
     sampler remembers the last batch training `consumed`; iteration goes on after it, an epoch
     consumed to its end is followed by the next, and `state_dict` / `load_state_dict` carry
     that place across a restart.
+
+    With a `curriculum`, epoch 0 is the curriculum's: `curriculum.steps` batches, batch k drawn
+    at random from the pairs in reach at step k (`alignmt.data.curriculum`; shortest first, ties
+    in a seeded order); the pairs of `pool_batches` consecutive batches are then sorted and cut
+    by length as in every epoch, and their batches shuffled among themselves, so a batch can hold
+    pairs admitted up to `pool_batches` steps later. Ordinary epochs follow.
     """
 
     def __init__(
@@ -274,6 +281,7 @@ class LengthBucketSampler(Sampler[list[int]]):
         pool_batches: int = 100,
         world_size: int = 1,
         rank: int = 0,
+        curriculum: Curriculum | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -287,6 +295,12 @@ class LengthBucketSampler(Sampler[list[int]]):
         self.pool_batches = pool_batches
         self.world_size = world_size
         self.rank = rank
+        self.curriculum = curriculum if shuffle else None
+        if self.curriculum is not None and max_tokens is not None:
+            raise ValueError(
+                "data.curriculum draws a number of pairs per step: it needs batches of "
+                "data.batch_size pairs (data.max_tokens=null)"
+            )
         self.epoch = 0
         self._next = 0  # the first batch of the epoch that training has not consumed
         self._built: tuple | None = None  # (key, order, starts, ends) of the current epoch
@@ -314,6 +328,7 @@ class LengthBucketSampler(Sampler[list[int]]):
             "max_tokens": self.max_tokens,
             "pool_batches": self.pool_batches,
             "world_size": self.world_size,
+            "curriculum": None if self.curriculum is None else vars(self.curriculum).copy(),
         }
 
     def state_dict(self) -> dict:
@@ -329,8 +344,9 @@ class LengthBucketSampler(Sampler[list[int]]):
 
     @property
     def varies_by_epoch(self) -> bool:
-        """Whether the number of batches can change from one epoch to the next (a token budget)."""
-        return self.shuffle and self.max_tokens is not None
+        """Whether the number of batches can change from one epoch to the next (a token budget,
+        or a curriculum's epoch before ordinary ones)."""
+        return self.shuffle and (self.max_tokens is not None or self.curriculum is not None)
 
     # ---------------------------------------------------------------- the batches
     def _epoch_batches(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -350,15 +366,45 @@ class LengthBucketSampler(Sampler[list[int]]):
                 bounds[:-1][self.rank :: self.world_size],
                 bounds[1:][self.rank :: self.world_size],
             )
+        if self.curriculum is not None and self.epoch == 0:
+            return self._build_curriculum()
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(np.arange(n, dtype=index_dtype(n)))
         pool = self.batch_size * self.pool_batches
-        for start in range(0, n, pool):
-            chunk = order[start : start + pool]
-            chunk[:] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        self._sort_pools(order, pool)
         bounds = self._cut(order, pool)
         shuffled = np.arange(len(bounds) - 1)
         rng.shuffle(shuffled)
+        return self._split(order, bounds, shuffled)
+
+    def _build_curriculum(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n, batches = len(self.lengths), self.curriculum.steps * self.world_size
+        # a separate stream from ordinary epochs': (seed, epoch 0) keeps its meaning without one
+        rng = np.random.default_rng((self.seed, 0, 1))
+        tie_order = rng.permutation(np.arange(n, dtype=index_dtype(n)))
+        shortest_first = tie_order[np.argsort(self.lengths[tie_order], kind="stable")]
+        reach = self.curriculum.reach(np.arange(batches) // self.world_size, n)
+        drawn = rng.random((batches, self.batch_size)) * reach[:, None]
+        order = shortest_first[drawn.astype(np.int64).ravel()]
+        pool = self.batch_size * self.pool_batches
+        self._sort_pools(order, pool)
+        bounds = self._cut(order, pool)
+        shuffled = np.concatenate(
+            [
+                rng.permutation(np.arange(s, min(s + self.pool_batches, batches)))
+                for s in range(0, batches, self.pool_batches)
+            ]
+        )
+        return self._split(order, bounds, shuffled)
+
+    def _sort_pools(self, order: np.ndarray, pool: int) -> None:
+        """Sort each run of `pool` pairs of `order` by length, in place."""
+        for start in range(0, len(order), pool):
+            chunk = order[start : start + pool]
+            chunk[:] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+
+    def _split(self, order: np.ndarray, bounds: np.ndarray, shuffled: np.ndarray):
+        """This rank's share of the batches, taken in the `shuffled` order of their numbers."""
         usable = len(shuffled) - len(shuffled) % self.world_size
         mine = shuffled[self.rank : usable : self.world_size]
         return order, bounds[mine], bounds[mine + 1]

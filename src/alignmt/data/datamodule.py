@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from itertools import islice
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from alignmt.data.annotations import BatchAnnotations
 from alignmt.data.batching import EncodedPairs, LengthBucketSampler
 from alignmt.data.cache_lock import filling
 from alignmt.data.corpus import ParallelText
+from alignmt.data.curriculum import Curriculum
 from alignmt.data.loader import ResumableLoader, evaluation_loader
 from alignmt.data.streaming import PairEncoder, StreamedBatches
 from alignmt.data.tokenizers import WhitespaceTokenizer
@@ -50,7 +52,8 @@ class TranslationDataModule(pl.LightningDataModule):
     The training loader is reshuffled every epoch and resumable: Lightning checkpoints its
     place in the data order, counted in the batches training has taken (this module's
     `on_after_batch_transfer` reports each one), so a resumed run trains on the batches an
-    uninterrupted one would have.
+    uninterrupted one would have. A `curriculum` (`alignmt.data.curriculum`: steps, initial)
+    makes the first epoch a short-sentences-first one.
 
     Batches can carry more than ids (`alignmt.data.annotations`): `copy_ids` adds every split's
     ids in a copying model's extended vocabulary (set by `model/copy=pointer_generator`), and
@@ -78,6 +81,7 @@ class TranslationDataModule(pl.LightningDataModule):
         stream_sample_size: int = 1_000_000,
         alignment_unit: str = "words",
         copy_ids: bool = False,
+        curriculum: Curriculum | Mapping | None = None,
     ):
         super().__init__()
         self.corpus = corpus
@@ -98,6 +102,9 @@ class TranslationDataModule(pl.LightningDataModule):
         self.stream_sample_size = stream_sample_size
         self.alignment_unit = alignment_unit  # what gold alignments index: words or tokens
         self.copy_ids = copy_ids
+        if curriculum is not None and not isinstance(curriculum, Curriculum):
+            curriculum = Curriculum(**curriculum)
+        self.curriculum = curriculum
         self.gold_alignments = False
         self.source_vocab: Vocabulary | None = None
         self.target_vocab: Vocabulary | None = None
@@ -348,6 +355,11 @@ class TranslationDataModule(pl.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         world_size, rank = self._world()
         if train and self.train_stream is not None:
+            if self.curriculum is not None:
+                raise ValueError(
+                    "data.curriculum orders the training pairs by length: it needs training "
+                    "data read whole, not streamed"
+                )
             if self.gold_alignments or self.copy_ids:
                 raise ValueError(
                     "gold alignments and copy ids (task.alignment_loss_weight, "
@@ -388,6 +400,7 @@ class TranslationDataModule(pl.LightningDataModule):
             pool_batches=self.pool_batches,
             world_size=world_size,
             rank=rank,
+            curriculum=self.curriculum if train else None,
         )
         if train:
             return ResumableLoader(

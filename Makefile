@@ -1,5 +1,6 @@
 # Two entry points: `make quickstart` and `make test`. Both set up .venv from nothing.
-# The quickstart trains RNNsearch on the toy corpus, short sentences first (experiments/toy/curriculum.yaml).
+# The quickstart trains RNNsearch on the toy corpus short sentences first
+# (experiments/toy/curriculum.yaml).
 # torch is installed only when none is importable in the venv; TORCH_SPEC / TORCH_INDEX choose
 # the build (e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu for a CPU-only machine).
 # The quickstart installs the core only; the tests add the extras they exercise. The project and

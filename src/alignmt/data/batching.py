@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -328,7 +328,7 @@ class LengthBucketSampler(Sampler[list[int]]):
             "max_tokens": self.max_tokens,
             "pool_batches": self.pool_batches,
             "world_size": self.world_size,
-            "curriculum": None if self.curriculum is None else vars(self.curriculum).copy(),
+            "curriculum": None if self.curriculum is None else asdict(self.curriculum),
         }
 
     def state_dict(self) -> dict:

@@ -6,8 +6,8 @@ its pairs from the shortest c(t) share of the training set, with the square-root
 
     c(t) = min(1, sqrt(t (1 - c0^2) / T + c0^2)),
 
-which gives every newly admitted length as many steps as the ones before it; from step T on,
-training sees every pair, in ordinary epochs.
+which admits new lengths fastest at the start, while each is a large part of a small pool;
+from step T on, training sees every pair, in ordinary epochs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Curriculum:
+    """The schedule: which share of the training pairs, shortest first, each step draws from."""
+
     steps: int  # T: the step from which every pair is in reach
     initial: float = 0.1  # c0: the share of the pairs, shortest first, in reach at step 0
 

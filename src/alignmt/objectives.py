@@ -21,8 +21,10 @@ from alignmt.data.batching import Batch
 from alignmt.decoding import BeamSearch
 from alignmt.decoding.hypothesis import max_output_lengths
 from alignmt.evaluation.rewards import sequence_rewards
-from alignmt.loss import token_cross_entropy
-from alignmt.models.seq2seq import DecoderOutput, Seq2Seq
+from alignmt.loss import Workspace, linear_cross_entropy, token_cross_entropy
+from alignmt.models.attention.hard import reinforce_estimators
+from alignmt.models.fused_recurrence import runs_fused
+from alignmt.models.seq2seq import DecoderOutput, ReadoutInputs, Seq2Seq
 from alignmt.rollout import Rollout, rollout
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -43,18 +45,43 @@ class Objective(nn.Module):
 
 class MaximumLikelihood(Objective):
     """Token-level cross-entropy of the reference, with optional label smoothing, under
-    teacher forcing or the task's scheduled-sampling schedule."""
+    teacher forcing or the task's scheduled-sampling schedule.
+
+    On CPU the output layer runs inside the loss where the readout ends in a linear layer
+    (`alignmt.loss.linear_cross_entropy`, with a buffer reused from step to step); the decoder
+    output returned then has no logits. Where the task reads them (the REINFORCE reward of a
+    sampled attention), the logits are computed as usual."""
 
     def __init__(self, label_smoothing: float = 0.0):
         super().__init__()
         self.label_smoothing = label_smoothing
+        self.workspace = Workspace()
+        self.fuses_output_layer = True
+
+    def attach(self, model: Seq2Seq) -> None:
+        self.fuses_output_layer = not reinforce_estimators(model)  # their reward reads logits
 
     def forward(self, task, batch):
         feed = task.sampling.feed(task.global_step)
-        out = task.model(batch.src, batch.src_lengths, batch.tgt_in, feed, batch.src_copy)
+        inputs = batch.src, batch.src_lengths, batch.tgt_in, feed, batch.src_copy
+        targets = batch.output_targets.flatten()  # extended ids where the model copies
+        model = task.model
+        out = model.readout_inputs(*inputs) if self.fuses_output_layer else model(*inputs)
+        if isinstance(out, ReadoutInputs):
+            if runs_fused(out.inputs):
+                loss = linear_cross_entropy(
+                    out.inputs.flatten(0, 1),
+                    out.layer,
+                    targets,
+                    ignore_index=PAD_ID,
+                    label_smoothing=self.label_smoothing,
+                    workspace=self.workspace,
+                )
+                return loss, DecoderOutput(None, out.attention), {}
+            out = DecoderOutput(out.layer(out.inputs), out.attention)
         loss = token_cross_entropy(
             out.logits.flatten(0, 1).float(),
-            batch.output_targets.flatten(),  # extended ids where the model copies
+            targets,
             ignore_index=PAD_ID,
             label_smoothing=self.label_smoothing,
         )

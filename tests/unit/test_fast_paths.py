@@ -3,11 +3,13 @@ the same logits, attention and gradients (double precision, through the coverage
 so does every scheduled-sampling fast path, with the same coins and the same own predictions."""
 
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from alignmt.data.batching import Batch
 from alignmt.models import Luong, RNNEncDec, RNNSearch
 from alignmt.models.attention import (
     AdditiveAttention,
@@ -16,6 +18,7 @@ from alignmt.models.attention import (
     LocalMonotonicAttention,
 )
 from alignmt.models.coverage import LinguisticCoverage, NeuralCoverage, coverage_loss
+from alignmt.objectives import MaximumLikelihood
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -157,3 +160,44 @@ def test_scheduled_sampling_keeps_the_step_path_under_readout_dropout():
     assert model.decoder.scheduled(tgt_in, memory, state, MixedFeed(0.5)) is None
     model.eval()
     assert model.decoder.scheduled(tgt_in, memory, state, MixedFeed(0.5)) is not None
+
+
+@pytest.mark.parametrize("feed", [None, MixedFeed(0.5, "greedy")], ids=["forced", "scheduled"])
+@pytest.mark.parametrize("name", sorted(FAST) + sorted(STEP_ONLY))
+def test_the_output_layer_fused_into_the_loss_changes_neither_loss_nor_gradients(name, feed):
+    """MaximumLikelihood runs the readout's last layer inside the loss (alignmt.loss): the same
+    value and gradients as the cross-entropy of the model's logits."""
+    torch.manual_seed(0)
+    model = (FAST | STEP_ONLY)[name]().double()
+    src, lengths, tgt_in, tgt_out = batch()
+    task = SimpleNamespace(model=model, sampling=Schedule(feed), global_step=0)
+    pairs = Batch(src, lengths, tgt_in, tgt_out, torch.arange(3))
+    results = []
+    for fused in (True, False):
+        model.zero_grad()
+        torch.manual_seed(1)  # the feed's coins
+        if fused:
+            loss, out, _ = MaximumLikelihood()(task, pairs)
+            if feed is None:  # fused wherever the readout ends in a linear layer
+                assert (out.logits is None) == (model.decoder.split_readout() is not None)
+        else:
+            logits = model(src, lengths, tgt_in, feed).logits
+            loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+        loss.backward()
+        results.append((loss, {n: p.grad for n, p in model.named_parameters()}))
+    (fused_loss, fused_grads), (loss, grads) = results
+    # where the objective scores logits it does so in float32 (the step path of sampling)
+    tol = 1e-12 if fused_loss.dtype == torch.float64 else 1e-6
+    torch.testing.assert_close(fused_loss.double(), loss, atol=tol, rtol=tol)
+    for param, grad in grads.items():
+        torch.testing.assert_close(fused_grads[param], grad, atol=tol, rtol=tol, msg=param)
+
+
+class Schedule:
+    """A sampling schedule that always gives `feed`."""
+
+    def __init__(self, feed):
+        self._feed = feed
+
+    def feed(self, step):
+        return self._feed

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alignmt.loss import token_cross_entropy
+from alignmt.loss import Workspace, linear_cross_entropy, token_cross_entropy
 
 PAD = 0
 
@@ -41,3 +41,64 @@ def test_without_gradients_it_is_plain_cross_entropy():
     with torch.no_grad():
         value = token_cross_entropy(logits, targets, PAD)
     assert torch.allclose(value, F.cross_entropy(logits, targets, ignore_index=PAD).detach())
+
+
+def linear_batch(dtype=torch.float64):
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(12, 5, generator=generator, dtype=dtype, requires_grad=True)
+    layer = torch.nn.Linear(5, 9).to(dtype)
+    targets = torch.randint(1, 9, (12,), generator=generator)
+    targets[[2, 7, 11]] = PAD
+    return hidden, layer, targets
+
+
+def reference_gradients(hidden, layer, targets, smoothing=0.0):
+    loss = F.cross_entropy(layer(hidden), targets, ignore_index=PAD, label_smoothing=smoothing)
+    return loss, torch.autograd.grad(loss, [hidden, layer.weight, layer.bias])
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_linear_cross_entropy_equals_the_layer_then_cross_entropy(smoothing):
+    hidden, layer, targets = linear_batch()
+    expected, expected_grads = reference_gradients(hidden, layer, targets, smoothing)
+    workspace = Workspace()
+    for _ in range(2):  # the second call reuses the first one's buffer
+        loss = linear_cross_entropy(hidden, layer, targets, PAD, smoothing, workspace)
+        grads = torch.autograd.grad(loss, [hidden, layer.weight, layer.bias])
+        torch.testing.assert_close(loss, expected, atol=1e-12, rtol=1e-12)
+        for got, want in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+        assert grads[0][[2, 7, 11]].abs().max() == 0
+
+
+def test_the_workspace_buffer_is_reused_but_never_while_a_backward_waits_for_it():
+    hidden, layer, targets = linear_batch()
+    workspace = Workspace()
+    first = workspace.take(4, 3, hidden)
+    assert workspace.take(4, 3, hidden).data_ptr() != first.data_ptr()  # in use: a fresh one
+    workspace.release(first)
+    assert workspace.take(2, 3, hidden).data_ptr() == first.data_ptr()  # free again: reused
+    workspace.release(first)
+    # Two losses before one backward: each keeps its own buffer, both gradients are right.
+    other = targets.roll(1)
+    both = linear_cross_entropy(hidden, layer, targets, PAD, 0.0, workspace)
+    both = both + linear_cross_entropy(hidden * 2, layer, other, PAD, 0.0, workspace)
+    got = torch.autograd.grad(both, [hidden, layer.weight])
+    reference = F.cross_entropy(layer(hidden), targets, ignore_index=PAD) + F.cross_entropy(
+        layer(hidden * 2), other, ignore_index=PAD
+    )
+    for g, e in zip(got, torch.autograd.grad(reference, [hidden, layer.weight]), strict=True):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
+
+
+def test_linear_cross_entropy_refuses_a_second_backward_and_needs_no_buffer_without_grad():
+    hidden, layer, targets = linear_batch()
+    workspace = Workspace()
+    loss = linear_cross_entropy(hidden, layer, targets, PAD, 0.0, workspace)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="once"):
+        loss.backward()
+    with torch.no_grad():
+        value = linear_cross_entropy(hidden, layer, targets, PAD, 0.0, workspace)
+    torch.testing.assert_close(value, F.cross_entropy(layer(hidden), targets, ignore_index=PAD))
+    assert not workspace.in_use

@@ -142,6 +142,9 @@ class LuongDecoder(Decoder):
     def readout(self, features):
         return self.output(features)
 
+    def split_readout(self):
+        return nn.Identity(), self.output
+
     def teacher_forced(self, tgt_in, memory, state):
         if self.input_feeding:  # each step's input waits for the previous h~
             return self._fused_input_feeding(tgt_in, memory, state)

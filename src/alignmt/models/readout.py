@@ -26,6 +26,9 @@ class MaxoutReadout(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """inputs: [s; E y; c] concatenated on the last dim."""
+        return self.output(self.hidden(inputs))
+
+    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
+        """t, dropped out: what W_o multiplies."""
         pre = self.proj(inputs)
-        t = pre.unflatten(-1, (-1, self.pool_size)).amax(dim=-1)
-        return self.output(self.dropout(t))
+        return self.dropout(pre.unflatten(-1, (-1, self.pool_size)).amax(dim=-1))

@@ -65,6 +65,9 @@ class RNNEncDecDecoder(Decoder):
     def readout(self, features):
         return self.maxout(features)
 
+    def split_readout(self):
+        return self.maxout.hidden, self.maxout.output
+
     def paper_init_(self) -> None:
         orthogonal_blocks_(self.recurrent_proj.weight)
 

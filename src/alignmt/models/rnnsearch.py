@@ -98,6 +98,9 @@ class RNNSearchDecoder(Decoder):
     def readout(self, features):
         return self.maxout(features)
 
+    def split_readout(self):
+        return self.maxout.hidden, self.maxout.output
+
     def teacher_forced(self, tgt_in, memory, state):
         return self._fused(tgt_in, memory, state)
 

@@ -39,6 +39,15 @@ class DecoderOutput(NamedTuple):
     attention: torch.Tensor | None  # [B, T, S]
 
 
+class ReadoutInputs(NamedTuple):
+    """A decoder's forward pass up to its readout's last linear layer, logits = layer(inputs):
+    what a loss that fuses that layer with the softmax takes (`alignmt.loss`)."""
+
+    inputs: torch.Tensor  # [B, T, F]
+    layer: nn.Linear  # [F] -> [V]
+    attention: torch.Tensor | None  # [B, T, S]
+
+
 def reorder_state(state: DecoderState, index: torch.Tensor) -> DecoderState:
     """Select batch rows of every state tensor (beam search, dropping finished sentences)."""
     return {
@@ -83,6 +92,11 @@ class Decoder(nn.Module):
         """Logits [..., V] from step features [..., F], for one step or all at once."""
         raise NotImplementedError
 
+    def split_readout(self) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Linear] | None:
+        """(inputs, layer) with readout(f) = layer(inputs(f)) where the readout ends in a linear
+        layer; None where it does not (the default)."""
+        return None
+
     def teacher_forced(
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -105,6 +119,17 @@ class Decoder(nn.Module):
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
     ) -> DecoderOutput:
         """Scores a whole target prefix: teacher forcing, or scheduled sampling with `feed`."""
+        out = self.readout_inputs(tgt_in, memory, state, feed)
+        if isinstance(out, ReadoutInputs):
+            return DecoderOutput(out.layer(out.inputs), out.attention)
+        return out
+
+    def readout_inputs(
+        self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, feed: Feed | None = None
+    ) -> ReadoutInputs | DecoderOutput:
+        """`forward` up to the readout's last linear layer; `forward`'s own output where the
+        readout does not end in one, or where `feed` takes the step path (whose every step
+        needs its logits)."""
         if feed is None:
             fast = self.features(tgt_in, memory, state)
         else:
@@ -112,7 +137,11 @@ class Decoder(nn.Module):
             if fast is None:
                 return self.unroll(tgt_in, memory, state, feed)
         features, attention = fast
-        return DecoderOutput(self.readout(features), attention)
+        split = self.split_readout()
+        if split is None:
+            return DecoderOutput(self.readout(features), attention)
+        inputs, layer = split
+        return ReadoutInputs(inputs(features), layer, attention)
 
     def features(
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState, step: Step | None = None
@@ -211,6 +240,22 @@ class Seq2Seq(nn.Module):
             return self.decode(self.encoder(src, src_lengths), tgt_in, feed)
         memory, state = self.start(src, src_lengths, src_copy)
         return self.decoder(tgt_in, memory, state, feed)
+
+    def readout_inputs(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        feed: Feed | None = None,
+        src_copy: torch.Tensor | None = None,
+    ) -> ReadoutInputs | DecoderOutput:
+        """`forward` up to the readout's last linear layer where the decoder's readout ends in
+        one (`Decoder.readout_inputs`); `forward`'s own output elsewhere, and on a compiled fast
+        path (which runs the readout inside)."""
+        if self.fast_path is not None:
+            return self(src, src_lengths, tgt_in, feed, src_copy)
+        memory, state = self.start(src, src_lengths, src_copy)
+        return self.decoder.readout_inputs(tgt_in, memory, state, feed)
 
     def decode(
         self, encoded: EncoderOutput, tgt_in: torch.Tensor, feed: Feed | None = None

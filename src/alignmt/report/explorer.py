@@ -71,9 +71,11 @@ def explorer_data(runs: list[tuple[str, Path]]) -> dict | None:
 
 
 def pack(data: dict) -> str:
-    """gzip + base64 of the JSON text: what the page's `explorer-data` script holds."""
+    """gzip + base64 of the JSON text: what the page's `explorer-data` script holds. Level 6,
+    as for the sentence records (`alignmt.report.sentences`), not Python's slow 9."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
+    packed = gzip.compress(text.encode(), compresslevel=6, mtime=0)
+    return base64.b64encode(packed).decode("ascii")
 
 
 def unpack(packed: str) -> dict:

@@ -88,6 +88,11 @@ class Workspace:
         if self._flat is not None and buffer.data_ptr() == self._flat.data_ptr():
             self.in_use = False
 
+    def clear(self) -> None:
+        """Drop the buffer (unless a backward waits for it): evaluation has no use for it."""
+        if not self.in_use:
+            self._flat = None
+
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod

@@ -61,6 +61,11 @@ class MaximumLikelihood(Objective):
     def attach(self, model: Seq2Seq) -> None:
         self.fuses_output_layer = not reinforce_estimators(model)  # their reward reads logits
 
+    def train(self, mode: bool = True):
+        if not mode:  # validation or test: the loss's buffer is training's alone
+            self.workspace.clear()
+        return super().train(mode)
+
     def forward(self, task, batch):
         feed = task.sampling.feed(task.global_step)
         inputs = batch.src, batch.src_lengths, batch.tgt_in, feed, batch.src_copy

@@ -79,6 +79,11 @@ def test_the_workspace_buffer_is_reused_but_never_while_a_backward_waits_for_it(
     workspace.release(first)
     assert workspace.take(2, 3, hidden).data_ptr() == first.data_ptr()  # free again: reused
     workspace.release(first)
+    workspace.clear()  # evaluation drops it; the next call takes a new one
+    second = workspace.take(2, 3, hidden)
+    assert second.data_ptr() != first.data_ptr()
+    workspace.release(second)
+    assert not workspace.in_use
     # Two losses before one backward: each keeps its own buffer, both gradients are right.
     other = targets.roll(1)
     both = linear_cross_entropy(hidden, layer, targets, PAD, 0.0, workspace)

@@ -13,20 +13,26 @@ import torch
 from torch.autograd.function import once_differentiable
 
 
+def _mean_loss(log_probs, targets, ignore_index: int, label_smoothing: float):
+    """(mean loss over the kept tokens, targets with padding at 0, the kept mask, their count)."""
+    keep = targets != ignore_index
+    safe = targets.masked_fill(~keep, 0)
+    per_token = -log_probs.gather(1, safe.unsqueeze(1)).squeeze(1)
+    if label_smoothing:
+        per_token = (1 - label_smoothing) * per_token - label_smoothing * log_probs.mean(1)
+    count = keep.sum().clamp(min=1)
+    return (per_token * keep).sum() / count, safe, keep, count
+
+
 class _TokenCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets, ignore_index: int, label_smoothing: float):
         log_probs = torch.log_softmax(logits, dim=-1)
-        keep = targets != ignore_index
-        safe = targets.masked_fill(~keep, 0)
-        per_token = -log_probs.gather(1, safe.unsqueeze(1)).squeeze(1)
-        if label_smoothing:
-            per_token = (1 - label_smoothing) * per_token - label_smoothing * log_probs.mean(1)
-        count = keep.sum().clamp(min=1)
+        loss, safe, keep, count = _mean_loss(log_probs, targets, ignore_index, label_smoothing)
         ctx.save_for_backward(log_probs, safe, keep, count)
         ctx.label_smoothing = label_smoothing
         ctx.consumed = False
-        return (per_token * keep).sum() / count
+        return loss
 
     @staticmethod
     @once_differentiable
@@ -103,16 +109,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         else:
             torch.addmm(bias, hidden, weight.t(), out=scores)
         log_probs = torch.log_softmax(scores, dim=-1, out=scores)
-        keep = targets != ignore_index
-        safe = targets.masked_fill(~keep, 0)
-        per_token = -log_probs.gather(1, safe.unsqueeze(1)).squeeze(1)
-        if label_smoothing:
-            per_token = (1 - label_smoothing) * per_token - label_smoothing * log_probs.mean(1)
-        count = keep.sum().clamp(min=1)
+        loss, safe, keep, count = _mean_loss(log_probs, targets, ignore_index, label_smoothing)
         ctx.save_for_backward(hidden, weight, safe, keep, count)
         ctx.scores, ctx.workspace = scores, workspace
         ctx.label_smoothing, ctx.has_bias = label_smoothing, bias is not None
-        return (per_token * keep).sum() / count
+        return loss
 
     @staticmethod
     @once_differentiable

@@ -24,6 +24,16 @@ def _mean_loss(log_probs, targets, ignore_index: int, label_smoothing: float):
     return (per_token * keep).sum() / count, safe, keep, count
 
 
+def _logit_gradient_(log_probs, safe, smoothing: float):
+    """d(loss per token)/d(logits) = softmax - the smoothed one-hot target, written over the
+    log-probabilities [tokens, V]."""
+    grad = log_probs.exp_()
+    grad.scatter_add_(1, safe.unsqueeze(1), grad.new_full((grad.size(0), 1), -(1.0 - smoothing)))
+    if smoothing:
+        grad.sub_(smoothing / grad.size(1))
+    return grad
+
+
 class _TokenCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets, ignore_index: int, label_smoothing: float):
@@ -44,13 +54,7 @@ class _TokenCrossEntropy(torch.autograd.Function):
             )
         ctx.consumed = True
         log_probs, safe, keep, count = ctx.saved_tensors
-        smoothing = ctx.label_smoothing
-        grad = log_probs.exp_()  # softmax, in place of the log-probabilities
-        grad.scatter_add_(
-            1, safe.unsqueeze(1), grad.new_full((grad.size(0), 1), -(1.0 - smoothing))
-        )
-        if smoothing:
-            grad.sub_(smoothing / grad.size(1))
+        grad = _logit_gradient_(log_probs, safe, ctx.label_smoothing)
         grad.mul_((keep.to(grad.dtype) * (grad_loss / count)).unsqueeze(1))
         return grad, None, None, None
 
@@ -124,13 +128,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 "(no retain_graph)"
             )
         hidden, weight, safe, keep, count = ctx.saved_tensors
-        grad, smoothing = ctx.scores.exp_(), ctx.label_smoothing  # softmax, in place
+        grad = _logit_gradient_(ctx.scores, safe, ctx.label_smoothing)
         ctx.scores = None
-        grad.scatter_add_(
-            1, safe.unsqueeze(1), grad.new_full((grad.size(0), 1), -(1.0 - smoothing))
-        )
-        if smoothing:
-            grad.sub_(smoothing / grad.size(1))
         dropped = (~keep).nonzero().squeeze(1)
         if len(dropped):
             grad.index_fill_(0, dropped, 0.0)

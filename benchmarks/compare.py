@@ -16,7 +16,7 @@ none always runs first. Sections (each can be left out):
   ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
   alignmt decodes at each of `--precisions`: float32 (exact, the default), bfloat16 (the
   bfloat16 copy of the model; columns "... bf16") and int8 (int8 vocabulary projections;
-  columns "... int8").
+  columns "... int8"). `--no-decoding` keeps the training figures only.
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
 - trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own
@@ -164,6 +164,11 @@ def decodings(args, split: str = "test", min_length: int | None = None) -> list[
     return out
 
 
+def speed_decodings(args) -> list[Decoding]:
+    """The speed section's decodings: none with `--no-decoding` (training figures only)."""
+    return [] if args.no_decoding else decodings(args)
+
+
 def is_ours(system: str) -> bool:
     return system.split()[0] in OURS
 
@@ -190,7 +195,7 @@ def speed_section(systems: dict, args, log: Log) -> None:
             system, scratch = systems[name], args.scratch / name
             trained = system.train(args.workload, scratch, steps=args.steps, warmup=args.warmup)
             log.add("speed", name, repeat, "train", trained)
-            for decoding in decodings(args):
+            for decoding in speed_decodings(args):
                 runs = decode_all(system, name, trained["checkpoint"], decoding, scratch, args)
                 for column, figures in runs.items():
                     log.add("speed", column, repeat, decoding_key(decoding), figures)
@@ -300,8 +305,9 @@ def table(log: Log, args, systems: list[str]) -> str:
         lines.append(
             row(log, "speed", "train", "matmul_peak_percent", trainers, "% of fp32 matmul peak")
         )
-        lines += ["", f"**Decoding at matched length** (min = max = {args.length} tokens)", ""]
-        lines += decoding_rows(log, "speed", args, systems)
+        if not args.no_decoding:
+            lines += ["", f"**Decoding at matched length** (min = max = {args.length} tokens)"]
+            lines += ["", *decoding_rows(log, "speed", args, systems)]
     if "extensions" in args.sections:
         lines += ["", "**alignmt's training extensions** (target tokens/s)", ""]
         lines += extension_rows(log)
@@ -369,6 +375,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=100, help="output tokens (the cap)")
     parser.add_argument("--sentences", type=int, default=None, help="first N test sentences")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 1])
+    parser.add_argument(
+        "--no-decoding", action="store_true", help="the speed section trains only (no decoding)"
+    )
     parser.add_argument("--batch1-sentences", type=int, default=100)
     parser.add_argument(
         "--precisions", nargs="+", default=["float32", "bfloat16", "int8"],

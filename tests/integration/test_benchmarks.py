@@ -158,7 +158,7 @@ def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch, 
         log.add("speed", system, 0, "greedy batch 4", {"sent_per_s": rate})
     args = SimpleNamespace(repeats=1, threads=1, sections=["speed"], steps=3, warmup=1, length=5,
                            batch_sizes=[4], batch1_sentences=2, sentences=None,
-                           models=["alignmt-luong"])  # fmt: skip
+                           models=["alignmt-luong"], no_decoding=False)  # fmt: skip
     summary = compare.table(log, args, systems)
     assert_rows_fill_headers(summary)
     assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
@@ -168,3 +168,9 @@ def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch, 
     assert_rows_fill_headers(summary)
     assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
     assert "| greedy batch 4: sentences/s (all) | 9.0 | 2.0 | 4.50x |" in summary
+    # --no-decoding: the training rows alone
+    args.no_decoding = True
+    summary = compare.table(log, args, ["alignmt-luong", "onmt"])
+    assert_rows_fill_headers(summary)
+    assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
+    assert "Decoding" not in summary and "greedy" not in summary

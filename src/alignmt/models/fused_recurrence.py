@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from alignmt.models import native_energies
+
 tanh_backward = torch.ops.aten.tanh_backward
 sigmoid_backward = torch.ops.aten.sigmoid_backward
 
@@ -110,16 +112,21 @@ class AttentionSteps:
     with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. Since
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
-    one sigmoid, no tanh and no rescaling passes. It keeps the (doubled) queries and coverage
-    of every step; the activations, the largest term, are recomputed in the backward pass."""
+    one sigmoid, no tanh and no rescaling passes; without coverage, in float32 on CPU, they
+    take one native pass each way (native_energies). It keeps the (doubled) queries and
+    coverage of every step; the activations, the largest term, are recomputed in the backward
+    pass."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
         B, A = keys.size(0), keys.size(2)
+        self.native = cell is None and native_energies.usable(keys)
+        if self.native:
+            keys = keys.contiguous()
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
         self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
         self.doubled_queries = keys.new_empty(T, B, A)  # 2 q of every step
-        self.hidden = torch.empty_like(keys)
+        self.hidden = None if self.native else torch.empty_like(keys)
         self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
 
     def _sigmoids(self, t):
@@ -141,7 +148,12 @@ class AttentionSteps:
         torch.mul(q, 2, out=self.doubled_queries[t])
         if self.cell is not None:
             self.coverages[t] = self.coverage
-        energy = torch.matmul(self._sigmoids(t), self.two_v)  # E + sum(v): the same softmax
+        if self.native:  # E + sum(v): the same softmax
+            energy = native_energies.energies(
+                self.keys, self.doubled_queries[t], self.two_v, q.new_empty(self.blocked.shape)
+            )
+        else:
+            energy = torch.matmul(self._sigmoids(t), self.two_v)
         alpha = torch.softmax(energy.masked_fill_(self.blocked, float("-inf")), dim=-1)
         c = torch.bmm(alpha.unsqueeze(1), self.values).squeeze(1)
         if self.cell is not None:
@@ -169,6 +181,20 @@ class AttentionSteps:
             )
             d_alpha = d_alpha + d_alpha_cov
         d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
+        if self.native:
+            dq, dv_rows = d_energy.new_empty(2, *self.doubled_queries[t].shape)
+            native_energies.energies_backward(
+                self.keys,
+                self.doubled_queries[t],
+                self.four_v,
+                d_energy.contiguous(),
+                self.d_keys,
+                dq,
+                dv_rows,
+            )
+            self.d_v.add_(dv_rows.sum(0), alpha=2)
+            self.d_v -= d_energy.sum()
+            return dq, d_query
         sigmoids = self._sigmoids(t)
         A = sigmoids.size(-1)
         # dE/dv = tanh = 2 sigmoid - 1;  dE/d(pre-activation) = 4 v sigmoid (1 - sigmoid)

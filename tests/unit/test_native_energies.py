@@ -1,0 +1,125 @@
+"""The native additive-attention pass computes the energies' definition and its gradients, the
+recurrences that use it train as with PyTorch ops, and it is built, cached and declined as
+documented."""
+
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from alignmt.models import Luong, RNNSearch
+from alignmt.models import native_energies as native
+from alignmt.models.attention import AdditiveAttention
+from alignmt.special_tokens import PAD_ID
+
+needs_library = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
+
+
+@needs_library
+@pytest.mark.parametrize("A", [7, 16, 37])  # below, at and off the vector width
+def test_energies_and_gradients_equal_the_definition(A):
+    torch.manual_seed(0)
+    B, S = 3, 5
+    keys, query, v = torch.randn(B, S, A), torch.randn(B, A), torch.randn(A)
+    keys[0, 1, 0] = 60.0  # a saturated sigmoid
+    d_energy = torch.randn(B, S)
+    d_energy[2, 3:] = 0.0  # masked positions carry no gradient
+
+    # E = v . tanh(K + q), in float64 with autograd
+    k64, q64, v64 = (t.double().requires_grad_() for t in (keys, query, v))
+    exact = (torch.tanh(k64 + q64.unsqueeze(1)) * v64).sum(-1)
+    exact.backward(d_energy.double())
+
+    energy = native.energies(keys, 2 * query, 2 * v, torch.empty(B, S))
+    torch.testing.assert_close(energy.double() - v64.sum().detach(), exact.detach(), **TOL)
+
+    d_keys, dq, dv_rows = torch.ones(B, S, A), torch.empty(B, A), torch.empty(B, A)
+    native.energies_backward(keys, 2 * query, 4 * v, d_energy, d_keys, dq, dv_rows)
+    d_v = 2 * dv_rows.sum(0) - d_energy.sum()
+    torch.testing.assert_close(d_keys.double() - 1, k64.grad, **TOL)  # accumulated onto ones
+    torch.testing.assert_close(dq.double(), q64.grad, **TOL)
+    torch.testing.assert_close(d_v.double(), v64.grad, **TOL)
+
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+MODELS = {
+    "rnnsearch": lambda: RNNSearch(
+        30, 25, embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14,
+        maxout_size=8, attention=partial(AdditiveAttention, attention_size=40),
+    ),
+    "luong input feeding": lambda: Luong(
+        30, 25, 12, 20, 1, rnn_type="gru", bidirectional_encoder=True,
+        attention=partial(AdditiveAttention, attention_size=40),
+    ),
+}  # fmt: skip
+
+
+def train_step(model):
+    """Loss, attention and gradients of one float32 teacher-forced step on a padded batch."""
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0], [11, 3, 0, 0, 0]])
+    tgt_in = torch.tensor([[2, 5, 6, 7, 8], [2, 8, 9, 0, 0], [2, 10, 11, 12, 0]])
+    tgt_out = torch.tensor([[5, 6, 7, 8, 3], [8, 9, 3, 0, 0], [10, 11, 12, 3, 0]])
+    model.zero_grad()
+    out = model(src, torch.tensor([5, 3, 2]), tgt_in)
+    loss = F.cross_entropy(out.logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss, out.attention, grads
+
+
+@needs_library
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recurrences_with_the_native_pass_equal_pytorch_ops(name, monkeypatch):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    calls = []
+    energies = native.energies
+    monkeypatch.setattr(native, "energies", lambda *a: calls.append(1) or energies(*a))
+    loss, attention, grads = train_step(model)
+    assert calls  # the native pass ran
+    monkeypatch.setattr(native, "library", lambda: None)
+    calls.clear()
+    ops_loss, ops_attention, ops_grads = train_step(model)
+    assert not calls
+    torch.testing.assert_close(loss, ops_loss, **TOL)
+    torch.testing.assert_close(attention, ops_attention, **TOL)
+    assert grads.keys() == ops_grads.keys()
+    for param, grad in ops_grads.items():  # to float32 rounding of each gradient's scale
+        scale = grad.abs().max().item()
+        torch.testing.assert_close(grads[param], grad, atol=1e-5 * scale, rtol=1e-4, msg=param)
+
+
+@needs_library
+def test_the_library_is_built_once_per_cache_and_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        assert native.library() is not None
+        built = list((tmp_path / "alignmt" / "native").iterdir())
+        assert len(built) == 1 and built[0].suffix == ".so"  # no scratch left behind
+        stamp = built[0].stat().st_mtime_ns
+        native.library.cache_clear()
+        assert native.library() is not None
+        assert built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+
+        native.library.cache_clear()
+        monkeypatch.setenv("ALIGNMT_NATIVE", "0")
+        assert native.library() is None
+        assert not native.usable(torch.zeros(1, 1, 1))
+    finally:
+        native.library.cache_clear()
+
+
+def test_a_failing_compiler_warns_and_leaves_pytorch_ops(tmp_path, monkeypatch):
+    compiler = tmp_path / "cc"
+    compiler.write_text("#!/bin/sh\nexit 1\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="additive_energies.c"):
+            assert native.library() is None
+    finally:
+        native.library.cache_clear()

@@ -49,3 +49,9 @@ def test_a_wheel_trains_from_an_unrelated_directory(tmp_path, cache_dir):
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert located.startswith(str(env_dir)) and located.strip().endswith("True")
+    # The attention's native pass is compiled from a source file the wheel must carry.
+    source = subprocess.run(
+        [python, "-c", "import alignmt.models.native_energies as n; print(n.SOURCE.is_file())"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert source.strip() == "True"

@@ -142,9 +142,9 @@ class AttentionSteps:
             h.add_(doubled_query)
         return h.sigmoid_()
 
-    def forward(self, t, q, query):
-        """alpha [B, S] and c [B, D] of step t, for the projected query q [B, A]; `query` is
-        what the coverage model reads."""
+    def forward(self, t, q, query, out=None):
+        """alpha [B, S] and c [B, D] (written to `out` if given) of step t, for the projected
+        query q [B, A]; `query` is what the coverage model reads."""
         torch.mul(q, 2, out=self.doubled_queries[t])
         if self.cell is not None:
             self.coverages[t] = self.coverage
@@ -155,10 +155,11 @@ class AttentionSteps:
         else:
             energy = torch.matmul(self._sigmoids(t), self.two_v)
         alpha = torch.softmax(energy.masked_fill_(self.blocked, float("-inf")), dim=-1)
-        c = torch.bmm(alpha.unsqueeze(1), self.values).squeeze(1)
+        into = None if out is None else out.unsqueeze(1)
+        c = torch.bmm(alpha.unsqueeze(1), self.values, out=into)
         if self.cell is not None:
             self.coverage = self.cell.step(t, self.coverage, alpha, query)
-        return alpha, c
+        return alpha, c.squeeze(1)
 
     def backward(self, t, alpha, d_c, d_alpha, query):
         """(dq [B, A], d query from the coverage model or None) of step t, from d_c and any
@@ -423,31 +424,31 @@ class LuongGRURecurrence(torch.autograd.Function):
         H, A, S = s0.size(1), keys.size(2), keys.size(1)
         w_cov, cell, c0, *cell_in = coverage
         attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
-        news = x.new_empty(B, T, H)  # s' of every step
-        feeds = x.new_empty(B, T, H)  # h~ of every step
-        contexts = x.new_empty(B, T, values.size(2))
+        # Time-major buffers: each step writes its results in place (out=), contiguous.
+        news = x.new_empty(T, B, H)  # s' of every step
+        feeds = x.new_empty(T, B, H)  # h~ of every step
+        contexts = x.new_empty(T, B, values.size(2))
         alphas = x.new_empty(B, T, S)
         gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
         gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
+        gx = x.new_empty(B, 3 * H)
+        projs = x.new_empty(2, B, A + 4 * H)  # this step's and the last: gh reads the last
         w_stack_t, w_f_t, w_cc_t = w_stack.t(), w_f.t(), w_cc.t()
         gh = torch.addmm(b_stack[A + H :], s0, w_stack_t[:, A + H :])
         s, f = s0, f0
         for t in range(T):
-            gx = torch.addmm(x[:, t], f, w_f_t)
-            rz = torch.sigmoid(gx[:, : 2 * H] + gh[:, : 2 * H])
+            torch.addmm(x[:, t], f, w_f_t, out=gx)
+            g = gates[t]
+            rz = torch.add(gx[:, : 2 * H], gh[:, : 2 * H], out=g[:, : 2 * H]).sigmoid_()
             r, z = rz[:, :H], rz[:, H:]
             gh_n[t] = gh[:, 2 * H :]
-            n = torch.tanh(torch.addcmul(gx[:, 2 * H :], r, gh_n[t]))
-            gates[t, :, : 2 * H] = rz
-            gates[t, :, 2 * H :] = n
-            s = torch.addcmul(n, z, s - n)
-            news[:, t] = s
-            proj = torch.addmm(b_stack, s, w_stack_t)  # [B, A + H + 3H]: q, W_cs s', next W_h s'
-            alpha, c = attend.forward(t, proj[:, :A], s)
+            n = torch.addcmul(gx[:, 2 * H :], r, gh_n[t], out=g[:, 2 * H :]).tanh_()
+            s = torch.addcmul(n, z, s - n, out=news[t])
+            # [B, A + H + 3H]: q, W_cs s', next W_h s'
+            proj = torch.addmm(b_stack, s, w_stack_t, out=projs[t % 2])
+            alpha, c = attend.forward(t, proj[:, :A], s, out=contexts[t])
             alphas[:, t] = alpha
-            contexts[:, t] = c
-            f = torch.tanh(torch.addmm(proj[:, A : A + H], c, w_cc_t))
-            feeds[:, t] = f
+            f = torch.addmm(proj[:, A : A + H], c, w_cc_t, out=feeds[t]).tanh_()
             gh = proj[:, A + H :]
             if refeed is not None:
                 refeed.after_step(t, x, table, w_x, b_x, f)
@@ -455,7 +456,7 @@ class LuongGRURecurrence(torch.autograd.Function):
         ctx.save_for_backward(
             s0, f0, w_stack, w_f, w_cc, news, feeds, contexts, alphas, gates, gh_n, table, w_x
         )
-        return feeds, alphas
+        return feeds.transpose(0, 1), alphas
 
     @staticmethod
     @once_differentiable
@@ -464,64 +465,67 @@ class LuongGRURecurrence(torch.autograd.Function):
             ctx.saved_tensors
         )
         attend = ctx.attend
-        B, T, H = news.shape
+        T, B, H = news.shape
         if d_feeds is None:
-            d_feeds = torch.zeros_like(feeds)
+            d_feeds = feeds.new_zeros(B, T, H)
         A = w_stack.size(0) - 4 * H
-        d_proj = news.new_empty(B, T, A + 4 * H)  # [dq, d(W_cs s'), d(next W_h s')] per step
-        d_x = news.new_empty(B, T, 3 * H)
-        d_pre_c_all = news.new_empty(B, T, H)
-        d_c_all = news.new_empty(B, T, attend.values.size(2))
+        # Time-major, written in place: [dq, d(W_cs s'), d(next W_h s')] per step
+        d_proj = news.new_empty(T, B, A + 4 * H)
+        d_proj[T - 1, :, A + H :] = 0  # no step T
+        d_x = news.new_empty(T, B, 3 * H)
+        d_c_all = news.new_empty(T, B, attend.values.size(2))
+        d_gh_0 = news.new_empty(B, 3 * H)  # step 0's d(W_h s_0 + b_h)
         d_f = torch.zeros_like(s0)  # gradient flowing into h~_t from step t + 1
         d_s_direct = torch.zeros_like(s0)  # into s'_t through step t + 1's z s term
-        d_gh_next = news.new_zeros(B, 3 * H)  # step t + 1's d(W_h s'_t + b_h)
         for t in reversed(range(T)):
+            d_p = d_proj[t]
             # h~ = tanh(W_cc c + W_cs s')
-            d_pre_c = tanh_backward(d_feeds[:, t] + d_f, feeds[:, t])
-            d_pre_c_all[:, t] = d_pre_c
-            d_c = d_pre_c @ w_cc
-            d_c_all[:, t] = d_c
+            d_pre_c = tanh_backward.grad_input(
+                d_feeds[:, t] + d_f, feeds[t], grad_input=d_p[:, A : A + H]
+            )
+            d_c = torch.mm(d_pre_c, w_cc, out=d_c_all[t])
             d_alpha = None if d_alphas is None else d_alphas[:, t]
-            dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, news[:, t])
-            d_p = torch.cat([dq, d_pre_c, d_gh_next], dim=1)
-            d_proj[:, t] = d_p
+            dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, news[t])
+            d_p[:, :A] = dq
             ds = torch.addmm(d_s_direct, d_p, w_stack)  # d s'_t
             if d_query is not None:
                 ds += d_query
             # s' = n + z (s - n),  n = tanh(x_n + W_fn f + r (W_hn s + b_hn))
-            g = gates[t]
+            g, d_gx = gates[t], d_x[t]
             r, z, n = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
-            s = news[:, t - 1] if t > 0 else s0
-            d_pre_n = tanh_backward(ds * (1 - z), n)
-            d_pre_r = sigmoid_backward(d_pre_n * gh_n[t], r)
-            d_pre_z = sigmoid_backward(ds * (s - n), z)
-            d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=1)
-            d_x[:, t] = d_gx
+            s = news[t - 1] if t > 0 else s0
+            d_pre_n = tanh_backward.grad_input(ds * (1 - z), n, grad_input=d_gx[:, 2 * H :])
+            sigmoid_backward.grad_input(d_pre_n * gh_n[t], r, grad_input=d_gx[:, :H])
+            sigmoid_backward.grad_input(ds * (s - n), z, grad_input=d_gx[:, H : 2 * H])
             d_f = d_gx @ w_f
-            d_gh_next = torch.cat([d_pre_r, d_pre_z, d_pre_n * r], dim=1)
+            d_gh = d_proj[t - 1, :, A + H :] if t > 0 else d_gh_0
+            d_gh[:, : 2 * H] = d_gx[:, : 2 * H]
+            torch.mul(d_pre_n, r, out=d_gh[:, 2 * H :])
             d_s_direct = ds * z
-        d_s0 = torch.addmm(d_s_direct, d_gh_next, w_stack[A + H :])
+        d_s0 = torch.addmm(d_s_direct, d_gh_0, w_stack[A + H :])
         d_keys, d_v = attend.grads()[:2]
         weight_grads = luong_weight_grads(
-            s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c_all, d_gh_next, A
+            s0, f0, news, feeds, contexts, d_proj, d_x, d_proj[..., A : A + H], d_gh_0, A
         )
-        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x, table, w_x)
+        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x.transpose(0, 1), table, w_x)
+        d_values = torch.bmm(alphas.transpose(1, 2), d_c_all.transpose(0, 1))
         return (
-            d_x, d_s0, d_f, d_keys, torch.bmm(alphas.transpose(1, 2), d_c_all), None,
+            d_x, d_s0, d_f, d_keys, d_values, None,
             *weight_grads, d_v, *d_refeed, *coverage_grads(attend),
         )  # fmt: skip
 
 
 def luong_weight_grads(s0, f0, news, feeds, contexts, d_proj, d_x, d_pre_c, d_gh_0, A):
-    """LuongGRURecurrence's weight gradients, once for all steps: d W_stack, d b_stack, d W_f,
-    d W_cc. W_h s_0 + b_h came before the loop; d_gh_0 is its gradient."""
-    B, T, H = news.shape
-    d_proj_flat = d_proj.reshape(B * T, -1)
-    d_w_stack = d_proj_flat.t() @ news.reshape(B * T, H)
+    """LuongGRURecurrence's weight gradients, once for all steps (time-major [T, B, ...]
+    tensors): d W_stack, d b_stack, d W_f, d W_cc. W_h s_0 + b_h came before the loop; d_gh_0
+    is its gradient."""
+    T, B, H = news.shape
+    d_proj_flat = d_proj.reshape(T * B, -1)
+    d_w_stack = d_proj_flat.t() @ news.reshape(T * B, H)
     d_b_stack = d_proj_flat.sum(0)
     d_w_stack[A + H :].addmm_(d_gh_0.t(), s0)
     d_b_stack[A + H :] += d_gh_0.sum(0)
-    previous_feeds = torch.cat([f0.unsqueeze(1), feeds[:, :-1]], dim=1)
-    d_w_f = d_x.reshape(B * T, -1).t() @ previous_feeds.reshape(B * T, H)
-    d_w_cc = d_pre_c.reshape(B * T, H).t() @ contexts.reshape(B * T, -1)
+    previous_feeds = torch.cat([f0.unsqueeze(0), feeds[:-1]])
+    d_w_f = d_x.reshape(T * B, -1).t() @ previous_feeds.reshape(T * B, H)
+    d_w_cc = d_pre_c.reshape(T * B, H).t() @ contexts.reshape(T * B, -1)
     return d_w_stack, d_b_stack, d_w_f, d_w_cc

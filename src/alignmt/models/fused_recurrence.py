@@ -113,7 +113,8 @@ class AttentionSteps:
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
     one sigmoid, no tanh and no rescaling passes; without coverage, in float32 on CPU, they
-    take one native pass each way (native_energies). It keeps the (doubled) queries and
+    take one native pass each way (native_energies), as does the weights' gradient from the
+    context's. It keeps the (doubled) queries and
     coverage of every step; the activations, the largest term, are recomputed in the backward
     pass."""
 
@@ -121,7 +122,7 @@ class AttentionSteps:
         B, A = keys.size(0), keys.size(2)
         self.native = cell is None and native_energies.usable(keys)
         if self.native:
-            keys = keys.contiguous()
+            keys, values = keys.contiguous(), values.contiguous()
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
         self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
@@ -167,12 +168,18 @@ class AttentionSteps:
         if t == self.doubled_queries.size(0) - 1:
             self.d_keys, self.d_v = torch.zeros_like(self.keys), torch.zeros_like(self.v)
             self.four_v = 4 * self.v
-            self.products = torch.empty_like(self.values)  # reused: a fresh one faults its pages
+            if not self.native:  # reused: a fresh one faults its pages
+                self.products = torch.empty_like(self.values)
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
                 self.d_w_cov_t = self.w_cov.new_zeros(self.w_cov.t().shape)  # see grads()
-        products = torch.mul(self.values, d_c.unsqueeze(1), out=self.products)
-        d_alpha_c = products.sum(-1)  # faster than bmm for this shape
+        if self.native:
+            d_alpha_c = native_energies.weights_grad(
+                self.values, d_c.contiguous(), alpha.new_empty(alpha.shape)
+            )
+        else:
+            products = torch.mul(self.values, d_c.unsqueeze(1), out=self.products)
+            d_alpha_c = products.sum(-1)  # faster than bmm for this shape
         d_alpha = d_alpha_c if d_alpha is None else d_alpha_c + d_alpha
         d_query = None
         if self.cell is not None:

@@ -54,6 +54,7 @@ def library() -> ctypes.CDLL | None:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     lib.additive_energies.argtypes = [pointer] * 4 + [size] * 3
     lib.additive_energies_backward.argtypes = [pointer] * 7 + [size] * 3
+    lib.weights_grad.argtypes = [pointer] * 3 + [size] * 3
     return lib
 
 
@@ -109,3 +110,10 @@ def energies_backward(keys, doubled_query, four_v, d_energy, d_keys, dq, dv_rows
     library().additive_energies_backward(
         *map(_pointer, (keys, doubled_query, four_v, d_energy, d_keys, dq, dv_rows)), B, S, A
     )
+
+
+def weights_grad(values, d_c, out) -> torch.Tensor:
+    """out [B, S] = V d_c: the attention weights' gradient from the context's, d_c [B, D]."""
+    B, S, D = values.shape
+    library().weights_grad(_pointer(values), _pointer(d_c), _pointer(out), B, S, D)
+    return out

@@ -4,6 +4,8 @@
  *   backward: with g = dE/de[b,s] and s = that sigmoid,
  *             d_keys[b,s,a] += 4 v_a s (1 - s) g,  dq[b,a] = sum_s of the same,
  *             dv_rows[b,a] = sum_s s g  (the caller sums the rows).
+ * and the weights' gradient from the context's, d_alpha[b,s] = sum_d values[b,s,d] d_c[b,d],
+ * without the [B, S, D] product PyTorch would write and sum.
  * Compiled with -ffast-math (so that expf vectorises) but linked without it, which would
  * otherwise set flush-to-zero for the whole process. */
 #include <math.h>
@@ -48,5 +50,17 @@ void additive_energies_backward(const float *keys, const float *q2, const float 
         dq_b[a] += d;
       }
     }
+  }
+}
+
+void weights_grad(const float *values, const float *d_c, float *d_alpha, int64_t B, int64_t S,
+                  int64_t D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < B * S; ++row) {
+    const float *v = values + row * D, *g = d_c + (row / S) * D;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t d = 0; d < D; ++d) sum += v[d] * g[d];
+    d_alpha[row] = sum;
   }
 }

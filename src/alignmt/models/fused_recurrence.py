@@ -114,9 +114,8 @@ class AttentionSteps:
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
     one sigmoid, no tanh and no rescaling passes; without coverage, in float32 on CPU, they
     take one native pass each way (native_energies), as does the weights' gradient from the
-    context's. It keeps the (doubled) queries and
-    coverage of every step; the activations, the largest term, are recomputed in the backward
-    pass."""
+    context's. It keeps the (doubled) queries and coverage of every step; the activations, the
+    largest term, are recomputed in the backward pass."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
         B, A = keys.size(0), keys.size(2)

@@ -331,74 +331,74 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             x = x.clone()
         H, A, S = s0.size(1), keys.size(2), keys.size(1)
         attend = attention_steps(T, keys, values, mask, v, w_cov, cell, c0, cell_in)
-        states = x.new_empty(B, T, H)
-        contexts = x.new_empty(B, T, values.size(2))
+        # Time-major buffers: each step writes its results in place (out=), contiguous.
+        states = x.new_empty(T + 1, B, H)  # s_0..s_T
+        states[0] = s0
+        contexts = x.new_empty(T, B, values.size(2))
         alphas = x.new_empty(B, T, S)
         gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
         gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
+        gx, proj = x.new_empty(B, 3 * H), x.new_empty(B, A + 3 * H)
         w_c_t, w_sh_t = w_c.t(), w_sh.t()
-        s = s0
         for t in range(T):
-            states[:, t] = s
-            proj = torch.addmm(b_sh, s, w_sh_t)  # [B, A + 3H]: q and W_h s + b_h
-            alpha, c = attend.forward(t, proj[:, :A], s)
+            s = states[t]
+            torch.addmm(b_sh, s, w_sh_t, out=proj)  # q and W_h s + b_h
+            alpha, c = attend.forward(t, proj[:, :A], s, out=contexts[t])
             alphas[:, t] = alpha
-            contexts[:, t] = c
-            gx = torch.addmm(x[:, t], c, w_c_t)
-            rz = torch.sigmoid(gx[:, : 2 * H] + proj[:, A : A + 2 * H])
+            torch.addmm(x[:, t], c, w_c_t, out=gx)
+            g = gates[t]
+            rz = torch.add(gx[:, : 2 * H], proj[:, A : A + 2 * H], out=g[:, : 2 * H]).sigmoid_()
             r, z = rz[:, :H], rz[:, H:]
             gh_n[t] = proj[:, A + 2 * H :]
-            n = torch.tanh(torch.addcmul(gx[:, 2 * H :], r, gh_n[t]))
-            gates[t, :, : 2 * H] = rz
-            gates[t, :, 2 * H :] = n
+            n = torch.addcmul(gx[:, 2 * H :], r, gh_n[t], out=g[:, 2 * H :]).tanh_()
             if refeed is not None:
                 refeed.after_step(t, x, table, w_x, b_x, s, c)
-            s = torch.addcmul(n, z, s - n)
+            torch.addcmul(n, z, s - n, out=states[t + 1])
+        states = states[:-1]
         ctx.attend, ctx.refeed = attend, refeed
         ctx.save_for_backward(s0, w_sh, w_c, states, contexts, alphas, gates, gh_n, table, w_x)
-        return states, contexts, alphas
+        return states.transpose(0, 1), contexts.transpose(0, 1), alphas
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_states, d_contexts, d_alphas):
         s0, w_sh, w_c, states, contexts, alphas, gates, gh_n, table, w_x = ctx.saved_tensors
         attend, values = ctx.attend, ctx.attend.values
-        B, T, H = states.shape
+        T, B, H = states.shape
+        A = w_sh.size(0) - 3 * H
         if d_states is None:
-            d_states = torch.zeros_like(states)
+            d_states = states.new_zeros(B, T, H)
         if d_contexts is None:
-            d_contexts = torch.zeros_like(contexts)
-        d_proj = states.new_empty(B, T, w_sh.size(0))  # [dq, d(W_h s + b_h)] of every step
-        d_x = states.new_empty(B, T, 3 * H)
-        d_c_all = states.new_empty(B, T, values.size(2))
+            d_contexts = contexts.new_zeros(B, T, contexts.size(2))
+        # Time-major, written in place: [dq, d(W_h s + b_h)] and d x of every step
+        d_proj = states.new_empty(T, B, w_sh.size(0))
+        d_x = states.new_empty(T, B, 3 * H)
+        d_c_all = states.new_empty(T, B, values.size(2))
         ds = torch.zeros_like(s0)  # gradient flowing into s_{t+1}
         for t in reversed(range(T)):
-            s = states[:, t]
-            g = gates[t]
+            s, g, d_gx, d_p = states[t], gates[t], d_x[t], d_proj[t]
             r, z, n = g[:, :H], g[:, H : 2 * H], g[:, 2 * H :]
             # s_{t+1} = n + z (s - n),  n = tanh(x_n + W_cn c + r (W_hn s + b_hn))
-            d_pre_n = tanh_backward(ds * (1 - z), n)
-            d_pre_r = sigmoid_backward(d_pre_n * gh_n[t], r)
-            d_pre_z = sigmoid_backward(ds * (s - n), z)
-            d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=1)
-            d_x[:, t] = d_gx
-            d_c = torch.addmm(d_contexts[:, t], d_gx, w_c)
-            d_c_all[:, t] = d_c
+            d_pre_n = tanh_backward.grad_input(ds * (1 - z), n, grad_input=d_gx[:, 2 * H :])
+            sigmoid_backward.grad_input(d_pre_n * gh_n[t], r, grad_input=d_gx[:, :H])
+            sigmoid_backward.grad_input(ds * (s - n), z, grad_input=d_gx[:, H : 2 * H])
+            d_c = torch.addmm(d_contexts[:, t], d_gx, w_c, out=d_c_all[t])
             d_alpha = None if d_alphas is None else d_alphas[:, t]  # a loss on the attention
             dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, s)
-            d_p = torch.cat([dq, d_pre_r, d_pre_z, d_pre_n * r], dim=1)
-            d_proj[:, t] = d_p
+            d_p[:, :A] = dq
+            d_p[:, A : A + 2 * H] = d_gx[:, : 2 * H]
+            torch.mul(d_pre_n, r, out=d_p[:, A + 2 * H :])
             ds = torch.addmm(torch.addcmul(d_states[:, t], ds, z), d_p, w_sh)
             if d_query is not None:
                 ds += d_query
         # Weight gradients, once for all steps.
-        d_proj_flat = d_proj.reshape(B * T, -1)
-        d_w_sh = d_proj_flat.t() @ states.reshape(B * T, H)
+        d_proj_flat = d_proj.view(T * B, -1)
+        d_w_sh = d_proj_flat.t() @ states.reshape(T * B, H)
         d_b_sh = d_proj_flat.sum(0)
-        d_w_c = d_x.reshape(B * T, -1).t() @ contexts.reshape(B * T, -1)
-        d_values = torch.bmm(alphas.transpose(1, 2), d_c_all)
+        d_w_c = d_x.view(T * B, -1).t() @ contexts.view(T * B, -1)
+        d_values = torch.bmm(alphas.transpose(1, 2), d_c_all.transpose(0, 1))
         d_keys, d_v = attend.grads()[:2]
-        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x, table, w_x)
+        d_x, *d_refeed = refeed_grads(ctx.refeed, d_x.transpose(0, 1), table, w_x)
         return (
             d_x, ds, d_keys, d_values, None, d_w_sh, d_b_sh, d_v, d_w_c, *d_refeed,
             *coverage_grads(attend),

@@ -12,6 +12,8 @@ PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 TEST_EXTRAS ?= dev,sweeps,tensorboard,slurm
+# pytest-xdist workers: most tests wait on a subprocess's start-up or run one thread.
+TEST_WORKERS ?= 2
 BIN = $(VENV)/bin
 INSTALLER ?= uv
 PIP = $(BIN)/python -m pip install -q --disable-pip-version-check
@@ -55,7 +57,7 @@ lint: install-test
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib.metadata import version
 
-from rouge_score.rouge_scorer import RougeScorer
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
 
@@ -77,6 +76,8 @@ def corpus_rouge(
     F1 against its best reference."""
     streams = check_parallel(hypotheses, references, extra_references)
     hypotheses = scoring_text(hypotheses, streams, tokenize)
+    from rouge_score.rouge_scorer import RougeScorer  # with nltk, most of this module's import
+
     scorer = RougeScorer(list(ROUGE_TYPES), tokenizer=_BleuTokens(tokenize))
     totals = dict.fromkeys(ROUGE_TYPES, 0.0)
     for i, hypothesis in enumerate(hypotheses):

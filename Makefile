@@ -12,7 +12,8 @@ PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 TEST_EXTRAS ?= dev,sweeps,tensorboard,slurm
-# pytest-xdist workers: most tests wait on a subprocess's start-up or run one thread.
+# pytest-xdist workers: much of the suite is subprocesses starting up and trainings too small
+# to keep two cores busy.
 TEST_WORKERS ?= 2
 BIN = $(VENV)/bin
 INSTALLER ?= uv

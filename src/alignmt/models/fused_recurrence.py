@@ -307,11 +307,10 @@ def coverage_grads(steps: AttentionSteps) -> tuple:
     return (d_w_cov, None, None, *cell_grads)
 
 
-def gru_update(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
-    """A GRU step in place: with input and hidden gate terms gx, gh [B, 3H] (biases included),
-    r, z = sigmoid(gx + gh) (first 2H);  n = tanh(gx_n + r gh_n);  s' = n + z (s - n).
-    Writes r, z, n to `gates` [B, 3H], gh_n to `gh_n` [B, H] (both kept for the backward pass)
-    and s' to `out`, which it returns."""
+def gru_update_into(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
+    """functional.gru_update(s, gx, gh) without autograd, into buffers: r, z, n to `gates`
+    [B, 3H] and gh_n to `gh_n` [B, H] (both kept for gru_update_into_backward), s' to `out`,
+    which it returns."""
     H = s.size(1)
     rz = torch.add(gx[:, : 2 * H], gh[:, : 2 * H], out=gates[:, : 2 * H]).sigmoid_()
     r, z = rz[:, :H], rz[:, H:]
@@ -320,9 +319,9 @@ def gru_update(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
     return torch.addcmul(n, z, s - n, out=out)
 
 
-def gru_update_backward(ds, s, gates, gh_n, d_gx, d_gh) -> torch.Tensor:
-    """gru_update's backward pass for d s' = ds: writes d gx to `d_gx` and d gh to `d_gh` (both
-    [B, 3H]) and returns the gradient into s through s' = n + z (s - n) directly, ds z."""
+def gru_update_into_backward(ds, s, gates, gh_n, d_gx, d_gh) -> torch.Tensor:
+    """gru_update_into's backward pass for d s' = ds: writes d gx to `d_gx` and d gh to `d_gh`
+    (both [B, 3H]) and returns the gradient into s through s' = n + z (s - n) directly, ds z."""
     H = s.size(1)
     r, z, n = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H :]
     d_pre_n = tanh_backward.grad_input(ds * (1 - z), n, grad_input=d_gx[:, 2 * H :])
@@ -374,7 +373,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
             torch.addmm(x[:, t], c, w_c_t, out=gx)
             if refeed is not None:  # rewrites x[:, t + 1] only
                 refeed.after_step(t, x, table, w_x, b_x, s, c)
-            gru_update(gx, proj[:, A:], s, gates[t], gh_n[t], out=states[t + 1])
+            gru_update_into(gx, proj[:, A:], s, gates[t], gh_n[t], out=states[t + 1])
         states = states[:-1]
         ctx.attend, ctx.refeed = attend, refeed
         ctx.save_for_backward(s0, w_sh, w_c, states, contexts, alphas, gates, gh_n, table, w_x)
@@ -398,7 +397,7 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         ds = torch.zeros_like(s0)  # gradient flowing into s_{t+1}
         for t in reversed(range(T)):
             s, d_gx, d_p = states[t], d_x[t], d_proj[t]
-            d_s_direct = gru_update_backward(ds, s, gates[t], gh_n[t], d_gx, d_p[:, A:])
+            d_s_direct = gru_update_into_backward(ds, s, gates[t], gh_n[t], d_gx, d_p[:, A:])
             d_c = torch.addmm(d_contexts[:, t], d_gx, w_c, out=d_c_all[t])
             d_alpha = None if d_alphas is None else d_alphas[:, t]  # a loss on the attention
             dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, s)
@@ -459,7 +458,7 @@ class LuongGRURecurrence(torch.autograd.Function):
         s, f = s0, f0
         for t in range(T):
             torch.addmm(x[:, t], f, w_f_t, out=gx)
-            s = gru_update(gx, gh, s, gates[t], gh_n[t], out=news[t])
+            s = gru_update_into(gx, gh, s, gates[t], gh_n[t], out=news[t])
             # [B, A + H + 3H]: q, W_cs s', next W_h s'
             proj = torch.addmm(b_stack, s, w_stack_t, out=projs[t % 2])
             alpha, c = attend.forward(t, proj[:, :A], s, out=contexts[t])
@@ -507,7 +506,7 @@ class LuongGRURecurrence(torch.autograd.Function):
             if d_query is not None:
                 ds += d_query
             s, d_gh = (news[t - 1], d_proj[t - 1, :, A + H :]) if t > 0 else (s0, d_gh_0)
-            d_s_direct = gru_update_backward(ds, s, gates[t], gh_n[t], d_x[t], d_gh)
+            d_s_direct = gru_update_into_backward(ds, s, gates[t], gh_n[t], d_x[t], d_gh)
             d_f = d_x[t] @ w_f
         d_s0 = torch.addmm(d_s_direct, d_gh_0, w_stack[A + H :])
         d_keys, d_v = attend.grads()[:2]

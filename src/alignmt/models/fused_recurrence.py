@@ -16,6 +16,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from alignmt.models import native_energies
+from alignmt.models.step_linear import StepLinear
 
 tanh_backward = torch.ops.aten.tanh_backward
 sigmoid_backward = torch.ops.aten.sigmoid_backward
@@ -363,14 +364,13 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         alphas = x.new_empty(B, T, S)
         gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
         gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
-        gx, proj = x.new_empty(B, 3 * H), x.new_empty(B, A + 3 * H)
-        w_c_t, w_sh_t = w_c.t(), w_sh.t()
+        by_sh, by_c = StepLinear(w_sh, B), StepLinear(w_c, B)
         for t in range(T):
             s = states[t]
-            torch.addmm(b_sh, s, w_sh_t, out=proj)  # q and W_h s + b_h
+            proj = by_sh(s, b_sh)  # q and W_h s + b_h
             alpha, c = attend.forward(t, proj[:, :A], s, out=contexts[t])
             alphas[:, t] = alpha
-            torch.addmm(x[:, t], c, w_c_t, out=gx)
+            gx = by_c.plus(c, x[:, t])
             if refeed is not None:  # rewrites x[:, t + 1] only
                 refeed.after_step(t, x, table, w_x, b_x, s, c)
             gru_update_into(gx, proj[:, A:], s, gates[t], gh_n[t], out=states[t + 1])
@@ -395,14 +395,15 @@ class AdditiveGRURecurrence(torch.autograd.Function):
         d_x = states.new_empty(T, B, 3 * H)
         d_c_all = states.new_empty(T, B, values.size(2))
         ds = torch.zeros_like(s0)  # gradient flowing into s_{t+1}
+        by_c, by_sh = StepLinear(w_c.t(), B), StepLinear(w_sh.t(), B)
         for t in reversed(range(T)):
             s, d_gx, d_p = states[t], d_x[t], d_proj[t]
             d_s_direct = gru_update_into_backward(ds, s, gates[t], gh_n[t], d_gx, d_p[:, A:])
-            d_c = torch.addmm(d_contexts[:, t], d_gx, w_c, out=d_c_all[t])
+            d_c = by_c.plus(d_gx, d_contexts[:, t], out=d_c_all[t])
             d_alpha = None if d_alphas is None else d_alphas[:, t]  # a loss on the attention
             dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, s)
             d_p[:, :A] = dq
-            ds = torch.addmm(d_s_direct.add_(d_states[:, t]), d_p, w_sh)
+            ds = by_sh.plus(d_p, d_s_direct.add_(d_states[:, t]))
             if d_query is not None:
                 ds += d_query
         # Weight gradients, once for all steps.
@@ -451,19 +452,16 @@ class LuongGRURecurrence(torch.autograd.Function):
         alphas = x.new_empty(B, T, S)
         gates = x.new_empty(T, B, 3 * H)  # r, z, n of every step
         gh_n = x.new_empty(T, B, H)  # W_hn s + b_hn, which the reset gate multiplies
-        gx = x.new_empty(B, 3 * H)
-        projs = x.new_empty(2, B, A + 4 * H)  # this step's and the last: gh reads the last
-        w_stack_t, w_f_t, w_cc_t = w_stack.t(), w_f.t(), w_cc.t()
-        gh = torch.addmm(b_stack[A + H :], s0, w_stack_t[:, A + H :])
+        by_f, by_stack, by_cc = StepLinear(w_f, B), StepLinear(w_stack, B), StepLinear(w_cc, B)
+        gh = torch.addmm(b_stack[A + H :], s0, w_stack[A + H :].t())
         s, f = s0, f0
         for t in range(T):
-            torch.addmm(x[:, t], f, w_f_t, out=gx)
+            gx = by_f.plus(f, x[:, t])
             s = gru_update_into(gx, gh, s, gates[t], gh_n[t], out=news[t])
-            # [B, A + H + 3H]: q, W_cs s', next W_h s'
-            proj = torch.addmm(b_stack, s, w_stack_t, out=projs[t % 2])
+            proj = by_stack(s, b_stack)  # [B, A + H + 3H]: q, W_cs s', next W_h s'
             alpha, c = attend.forward(t, proj[:, :A], s, out=contexts[t])
             alphas[:, t] = alpha
-            f = torch.addmm(proj[:, A : A + H], c, w_cc_t, out=feeds[t]).tanh_()
+            f = torch.tanh(by_cc.plus(c, proj[:, A : A + H]), out=feeds[t])
             gh = proj[:, A + H :]
             if refeed is not None:
                 refeed.after_step(t, x, table, w_x, b_x, f)
@@ -492,22 +490,23 @@ class LuongGRURecurrence(torch.autograd.Function):
         d_gh_0 = news.new_empty(B, 3 * H)  # step 0's d(W_h s_0 + b_h)
         d_f = torch.zeros_like(s0)  # gradient flowing into h~_t from step t + 1
         d_s_direct = torch.zeros_like(s0)  # into s'_t through step t + 1's z s term
+        by_cc, by_stack, by_f = (StepLinear(w.t(), B) for w in (w_cc, w_stack, w_f))
         for t in reversed(range(T)):
             d_p = d_proj[t]
             # h~ = tanh(W_cc c + W_cs s')
             d_pre_c = tanh_backward.grad_input(
                 d_feeds[:, t] + d_f, feeds[t], grad_input=d_p[:, A : A + H]
             )
-            d_c = torch.mm(d_pre_c, w_cc, out=d_c_all[t])
+            d_c = by_cc(d_pre_c, out=d_c_all[t])
             d_alpha = None if d_alphas is None else d_alphas[:, t]
             dq, d_query = attend.backward(t, alphas[:, t], d_c, d_alpha, news[t])
             d_p[:, :A] = dq
-            ds = torch.addmm(d_s_direct, d_p, w_stack)  # d s'_t
+            ds = by_stack.plus(d_p, d_s_direct)  # d s'_t
             if d_query is not None:
                 ds += d_query
             s, d_gh = (news[t - 1], d_proj[t - 1, :, A + H :]) if t > 0 else (s0, d_gh_0)
             d_s_direct = gru_update_into_backward(ds, s, gates[t], gh_n[t], d_x[t], d_gh)
-            d_f = d_x[t] @ w_f
+            d_f = by_f(d_x[t])
         d_s0 = torch.addmm(d_s_direct, d_gh_0, w_stack[A + H :])
         d_keys, d_v = attend.grads()[:2]
         weight_grads = luong_weight_grads(

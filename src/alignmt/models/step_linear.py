@@ -1,0 +1,50 @@
+"""The fused recurrences' per-step products, x W^T, with W packed once per pass.
+
+A recurrence multiplies a small batch by the same weight at every step, forward and backward.
+BLAS packs the weight into its kernel layout on every call, which at a batch of a few dozen
+rows costs a good part of the product; oneDNN's linear takes a weight reordered into that
+layout once (as PyTorch's own frozen CPU graphs use it), so a pass packs each weight once.
+Where oneDNN cannot run it (other dtypes or devices, a build without it, ALIGNMT_ONEDNN=0),
+the same products run as torch.addmm; both compute x W^T + b to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+@functools.cache
+def onednn_available() -> bool:
+    if os.environ.get("ALIGNMT_ONEDNN", "1") == "0" or not torch.backends.mkldnn.is_available():
+        return False
+    ops = torch.ops.mkldnn
+    return hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight")
+
+
+class StepLinear:
+    """x W^T (+ bias, + other) for one weight W [out, in] and inputs of `batch` rows."""
+
+    def __init__(self, weight: torch.Tensor, batch: int):
+        self.weight = weight
+        self.packed = None
+        if weight.dtype == torch.float32 and weight.device.type == "cpu" and onednn_available():
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
+
+    def __call__(self, x, bias=None, out=None) -> torch.Tensor:
+        """x W^T + bias (a vector, or None), written to `out` if given."""
+        if self.packed is None:
+            if bias is None:
+                return torch.mm(x, self.weight.t(), out=out)
+            return torch.addmm(bias, x, self.weight.t(), out=out)
+        y = torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        return y if out is None else out.copy_(y)
+
+    def plus(self, x, other, out=None) -> torch.Tensor:
+        """x W^T + other, `other` of the result's shape, written to `out` if given."""
+        if self.packed is None:
+            return torch.addmm(other, x, self.weight.t(), out=out)
+        y = torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "add")
+        return y if out is None else out.copy_(y)

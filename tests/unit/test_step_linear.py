@@ -1,0 +1,77 @@
+"""The recurrences' per-step products with oneDNN-packed weights compute x W^T (+ b, + other)
+to float32 rounding, fall back to addmm where oneDNN does not run, and leave the recurrences
+as exact as addmm does."""
+
+import copy
+
+import pytest
+import torch
+
+from alignmt.models import step_linear
+from alignmt.models.step_linear import StepLinear
+from tests.unit.test_native_energies import MODELS, TOL, train_step
+
+needs_onednn = pytest.mark.skipif(not step_linear.onednn_available(), reason="no oneDNN here")
+
+
+@needs_onednn
+@pytest.mark.parametrize("transposed", [False, True])  # the backward passes pack W^T views
+def test_packed_products_equal_the_definition(transposed):
+    torch.manual_seed(0)
+    B, n_in, n_out = 5, 37, 23  # off every vector width
+    weight = torch.randn(n_in, n_out).t() if transposed else torch.randn(n_out, n_in)
+    x, bias = torch.randn(B, n_in), torch.randn(n_out)
+    wide = torch.randn(B, n_out + 4)
+    other = wide[:, 2 : 2 + n_out]  # a strided slice, as the recurrences pass
+    by_weight = StepLinear(weight, B)
+    assert by_weight.packed is not None
+    exact = x.double() @ weight.double().t()
+
+    torch.testing.assert_close(by_weight(x).double(), exact, **TOL)
+    torch.testing.assert_close(by_weight(x, bias).double(), exact + bias.double(), **TOL)
+    torch.testing.assert_close(by_weight.plus(x, other).double(), exact + other.double(), **TOL)
+    buffer = torch.zeros(3, B, n_out)  # time-major, written in place
+    returned = by_weight.plus(x, other, out=buffer[1])
+    assert returned.data_ptr() == buffer[1].data_ptr()
+    torch.testing.assert_close(buffer[1].double(), exact + other.double(), **TOL)
+    assert not buffer[0].any() and not buffer[2].any()
+
+
+def test_other_dtypes_and_a_disabled_onednn_use_addmm(monkeypatch):
+    weight, x = torch.randn(4, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    by_weight = StepLinear(weight, 2)
+    assert by_weight.packed is None
+    assert torch.equal(by_weight(x), x @ weight.t())
+    monkeypatch.setattr(step_linear, "onednn_available", lambda: False)
+    assert StepLinear(weight.float(), 2).packed is None
+
+
+@needs_onednn
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recurrences_with_packed_weights_are_as_exact_as_addmm(name, monkeypatch):
+    """Both float32 paths against the same model in float64 (as the native attention pass is
+    checked): packing changes the products' summation order, nothing else."""
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    packed = []
+    init = StepLinear.__init__
+
+    def recording(self, *args):
+        init(self, *args)
+        packed.append(self.packed is not None)
+
+    monkeypatch.setattr(StepLinear, "__init__", recording)
+    loss, attention, grads = train_step(model)
+    assert packed and all(packed)  # the fused recurrence ran, forward and backward, packed
+    monkeypatch.setattr(step_linear, "onednn_available", lambda: False)
+    packed.clear()
+    *_, addmm_grads = train_step(model)
+    assert packed and not any(packed)
+    exact_loss, exact_attention, exact_grads = train_step(copy.deepcopy(model).double())
+    torch.testing.assert_close(loss.double(), exact_loss, **TOL)
+    torch.testing.assert_close(attention.double(), exact_attention, **TOL)
+    for param, exact in exact_grads.items():
+        scale = exact.abs().max().item()
+        error = (grads[param].double() - exact).abs().max().item()
+        addmm_error = (addmm_grads[param].double() - exact).abs().max().item()
+        assert error <= 2 * addmm_error + 1e-6 * scale, (param, error, addmm_error, scale)

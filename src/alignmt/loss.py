@@ -5,12 +5,20 @@ more tensors of the same size (the gradient of the log-probabilities, then of th
 With a 30,000-word output layer these are the largest tensors of a training step. Here the
 backward pass turns the saved log-probabilities into the gradient in place
 (softmax - smoothed one-hot), so the peak holds one such buffer. Same value, same gradient.
+In float32 on CPU the output layer's loss (`linear_cross_entropy`) takes one native pass over
+the buffer each way (alignmt/native/cross_entropy.c), the bias added and its gradient summed
+in the same passes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
+
+from alignmt import native
 
 
 def _mean_loss(log_probs, targets, ignore_index: int, label_smoothing: float):
@@ -104,19 +112,52 @@ class Workspace:
             self._flat = None
 
 
+@functools.cache
+def _native_library() -> ctypes.CDLL | None:
+    lib = native.load("cross_entropy")
+    if lib is not None:
+        pointer, size, real = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+        lib.cross_entropy_forward.argtypes = [pointer] * 3 + [size, real] + [pointer] * 2
+        lib.cross_entropy_forward.argtypes += [size] * 2
+        lib.cross_entropy_backward.argtypes = [pointer] * 3 + [size, real, real, pointer]
+        lib.cross_entropy_backward.argtypes += [size] * 2
+    return lib
+
+
+def _runs_native(hidden, weight, bias, targets) -> bool:
+    tensors = (hidden, weight) if bias is None else (hidden, weight, bias)
+    return (
+        all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+        and (bias is None or bias.is_contiguous())
+        and targets.dtype == torch.int64
+        and _native_library() is not None
+    )
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, ignore_index, label_smoothing, workspace):
         scores = workspace.take(hidden.size(0), weight.size(0), hidden)
-        if bias is None:
+        ctx.native = _runs_native(hidden, weight, bias, targets)
+        if ctx.native:  # the bias is added in the native pass
             torch.mm(hidden, weight.t(), out=scores)
+            targets = targets.contiguous()
+            loss, keep, count, lse = _native_forward(
+                scores, bias, targets, ignore_index, label_smoothing
+            )
+            safe = targets  # the pass reads ignore_index itself
         else:
-            torch.addmm(bias, hidden, weight.t(), out=scores)
-        log_probs = torch.log_softmax(scores, dim=-1, out=scores)
-        loss, safe, keep, count = _mean_loss(log_probs, targets, ignore_index, label_smoothing)
-        ctx.save_for_backward(hidden, weight, safe, keep, count)
+            if bias is None:
+                torch.mm(hidden, weight.t(), out=scores)
+            else:
+                torch.addmm(bias, hidden, weight.t(), out=scores)
+            log_probs = torch.log_softmax(scores, dim=-1, out=scores)
+            loss, safe, keep, count = _mean_loss(log_probs, targets, ignore_index, label_smoothing)
+            lse = None
+        ctx.save_for_backward(hidden, weight, safe, keep, count, lse)
         ctx.scores, ctx.workspace = scores, workspace
         ctx.label_smoothing, ctx.has_bias = label_smoothing, bias is not None
+        ctx.ignore_index = ignore_index
         return loss
 
     @staticmethod
@@ -127,19 +168,59 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 "linear_cross_entropy's buffer is reused in place: backward through it once "
                 "(no retain_graph)"
             )
-        hidden, weight, safe, keep, count = ctx.saved_tensors
-        grad = _logit_gradient_(ctx.scores, safe, ctx.label_smoothing)
-        ctx.scores = None
-        dropped = (~keep).nonzero().squeeze(1)
-        if len(dropped):
-            grad.index_fill_(0, dropped, 0.0)
-        scale = grad_loss / count  # applied to the small results, not to the buffer
+        hidden, weight, safe, keep, count, lse = ctx.saved_tensors
+        scores, ctx.scores = ctx.scores, None
+        scale = grad_loss / count
         needs = ctx.needs_input_grad
-        d_hidden = (grad @ weight).mul_(scale) if needs[0] else None
-        d_weight = (grad.t() @ hidden).mul_(scale) if needs[1] else None
-        d_bias = grad.sum(0).mul_(scale) if ctx.has_bias and needs[2] else None
+        wants_bias = ctx.has_bias and needs[2]
+        if ctx.native:  # the gradient scaled and the bias's summed in the pass
+            grad, d_bias = _native_backward(
+                scores, lse, safe, ctx.ignore_index, ctx.label_smoothing, scale, wants_bias
+            )
+            d_hidden = grad @ weight if needs[0] else None
+            d_weight = grad.t() @ hidden if needs[1] else None
+        else:
+            grad = _logit_gradient_(scores, safe, ctx.label_smoothing)
+            dropped = (~keep).nonzero().squeeze(1)
+            if len(dropped):
+                grad.index_fill_(0, dropped, 0.0)
+            # scale applied to the small results, not to the buffer
+            d_hidden = (grad @ weight).mul_(scale) if needs[0] else None
+            d_weight = (grad.t() @ hidden).mul_(scale) if needs[1] else None
+            d_bias = grad.sum(0).mul_(scale) if wants_bias else None
         ctx.workspace.release(grad)
         return d_hidden, d_weight, d_bias, None, None, None, None
+
+
+def _native_forward(scores, bias, targets, ignore_index, label_smoothing):
+    """The native pass's (loss, kept mask, kept count, row log-sum-exps); the scores gain the
+    bias in place."""
+    rows, classes = scores.shape
+    keep = targets != ignore_index
+    outside = keep & ((targets < 0) | (targets >= classes))
+    if outside.any():  # the pass would read outside the row
+        raise IndexError(
+            f"target {targets[outside][0].item()} is out of bounds for {classes} classes"
+        )
+    lse, losses = scores.new_empty(2, rows)
+    _native_library().cross_entropy_forward(
+        *map(native.pointer, (scores, bias, targets)), ignore_index, label_smoothing,
+        native.pointer(lse), native.pointer(losses), rows, classes,
+    )  # fmt: skip
+    count = keep.sum().clamp(min=1)
+    return losses.sum() / count, keep, count, lse
+
+
+def _native_backward(scores, lse, targets, ignore_index, label_smoothing, scale, wants_bias):
+    """(the logits' gradient, written over the scores, and the bias's gradient or None)."""
+    d_bias = scores.new_empty(scores.size(1)) if wants_bias else None
+    failed = _native_library().cross_entropy_backward(
+        *map(native.pointer, (scores, lse, targets)), ignore_index, label_smoothing, float(scale),
+        native.pointer(d_bias), *scores.shape,
+    )  # fmt: skip
+    if failed:
+        raise MemoryError("linear_cross_entropy: no memory for the bias gradient's column sums")
+    return scores, d_bias
 
 
 def linear_cross_entropy(

@@ -2,6 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from alignmt import loss as loss_module
 from alignmt.loss import Workspace, linear_cross_entropy, token_cross_entropy
 
 PAD = 0
@@ -107,3 +108,42 @@ def test_linear_cross_entropy_refuses_a_second_backward_and_needs_no_buffer_with
         value = linear_cross_entropy(hidden, layer, targets, PAD, 0.0, workspace)
     torch.testing.assert_close(value, F.cross_entropy(layer(hidden), targets, ignore_index=PAD))
     assert not workspace.in_use
+
+
+needs_native = pytest.mark.skipif(loss_module._native_library() is None, reason="no C compiler")
+
+
+@needs_native
+@pytest.mark.parametrize("classes", [9, 1003])  # below and off the vector width
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_native_pass_in_float32_equals_the_definition_in_float64(smoothing, with_bias, classes):
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(12, 5, generator=generator, requires_grad=True)
+    layer = torch.nn.Linear(5, classes, bias=with_bias)
+    targets = torch.randint(1, classes, (12,), generator=generator)
+    targets[[2, 7, 11]] = PAD
+    assert loss_module._runs_native(hidden, layer.weight, layer.bias, targets)
+    params = [hidden, layer.weight] + ([layer.bias] if with_bias else [])
+    workspace = Workspace()
+    for _ in range(2):  # the second call reuses the first one's buffer, biased in place
+        loss = linear_cross_entropy(hidden, layer, targets, PAD, smoothing, workspace)
+        grads = torch.autograd.grad(loss * 3, params)  # a gradient other than 1 reaches it
+        exact_params = [p.detach().double().requires_grad_() for p in params]
+        logits = exact_params[0] @ exact_params[1].t()
+        if with_bias:
+            logits = logits + exact_params[2]
+        exact = F.cross_entropy(logits, targets, ignore_index=PAD, label_smoothing=smoothing)
+        exact_grads = torch.autograd.grad(exact * 3, exact_params)
+        torch.testing.assert_close(loss.double(), exact, atol=1e-6, rtol=1e-6)
+        for got, want in zip(grads, exact_grads, strict=True):
+            torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-5)
+        assert grads[0][[2, 7, 11]].abs().max() == 0
+
+
+@needs_native
+def test_the_native_pass_refuses_a_target_outside_the_output_layer():
+    hidden, layer, targets = linear_batch(torch.float32)
+    targets[0] = 9  # the layer has 9 classes: 0..8
+    with pytest.raises(IndexError, match="9 is out of bounds for 9 classes"):
+        linear_cross_entropy(hidden, layer, targets, PAD)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from alignmt.models import native_energies
+from alignmt.models import native_energies, native_gru
 from alignmt.models.step_linear import StepLinear
 
 tanh_backward = torch.ops.aten.tanh_backward
@@ -311,7 +311,9 @@ def coverage_grads(steps: AttentionSteps) -> tuple:
 def gru_update_into(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
     """functional.gru_update(s, gx, gh) without autograd, into buffers: r, z, n to `gates`
     [B, 3H] and gh_n to `gh_n` [B, H] (both kept for gru_update_into_backward), s' to `out`,
-    which it returns."""
+    which it returns. One native pass in float32 on CPU (native_gru)."""
+    if native_gru.usable(gx, gh, s):
+        return native_gru.update(gx, gh, s, gates, gh_n, out)
     H = s.size(1)
     rz = torch.add(gx[:, : 2 * H], gh[:, : 2 * H], out=gates[:, : 2 * H]).sigmoid_()
     r, z = rz[:, :H], rz[:, H:]
@@ -323,6 +325,8 @@ def gru_update_into(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
 def gru_update_into_backward(ds, s, gates, gh_n, d_gx, d_gh) -> torch.Tensor:
     """gru_update_into's backward pass for d s' = ds: writes d gx to `d_gx` and d gh to `d_gh`
     (both [B, 3H]) and returns the gradient into s through s' = n + z (s - n) directly, ds z."""
+    if native_gru.usable(ds, s, d_gh):
+        return native_gru.update_backward(ds, s, gates, gh_n, d_gx, d_gh)
     H = s.size(1)
     r, z, n = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H :]
     d_pre_n = tanh_backward.grad_input(ds * (1 - z), n, grad_input=d_gx[:, 2 * H :])

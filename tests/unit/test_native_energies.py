@@ -96,12 +96,19 @@ def test_recurrences_with_the_native_pass_are_as_exact_as_pytorch_ops(name, monk
     exact_loss, exact_attention, exact_grads = train_step(copy.deepcopy(model).double())
     torch.testing.assert_close(loss.double(), exact_loss, **TOL)
     torch.testing.assert_close(attention.double(), exact_attention, **TOL)
-    assert grads.keys() == ops_grads.keys() == exact_grads.keys()
+    assert_as_exact(grads, ops_grads, exact_grads)
+
+
+def assert_as_exact(grads: dict, reference_grads: dict, exact_grads: dict) -> None:
+    """Each float32 gradient's error against float64 is at most twice the reference path's, or
+    within 1e-5 of the gradient's scale: the attention's query gradients, small differences of
+    softmax terms, reach a few 1e-6 of their scale on any float32 path, as rounding falls."""
+    assert grads.keys() == reference_grads.keys() == exact_grads.keys()
     for param, exact in exact_grads.items():
         scale = exact.abs().max().item()
         error = (grads[param].double() - exact).abs().max().item()
-        ops_error = (ops_grads[param].double() - exact).abs().max().item()
-        assert error <= 2 * ops_error + 1e-6 * scale, (param, error, ops_error, scale)
+        reference_error = (reference_grads[param].double() - exact).abs().max().item()
+        assert error <= 2 * reference_error + 1e-5 * scale, (param, error, reference_error)
 
 
 @needs_library

@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from alignmt.models.fused_gru import GRURecurrence
+from alignmt.models.fused_recurrence import runs_fused
 from alignmt.special_tokens import PAD_ID
 
 
@@ -99,7 +101,8 @@ class RNNEncoder(nn.Module):
         starts at the row's last real word, and final states are read at each row's last real
         word. Padding only follows real words, so it reaches no real position. On CPU, the
         packed recurrence back-propagates through a zero-filled copy of its whole input per
-        time step, which costs far more than recurring over the padding."""
+        time step, which costs far more than recurring over the padding. Each direction runs
+        as a hand-written recurrence (fused_gru) where it can."""
         B, H, L = embedded.size(0), self.hidden_size, self.num_layers
         directions = 2 if self.bidirectional else 1
         per_direction = 4 if self.rnn.bias else 2  # W_ih, W_hh (, b_ih, b_hh)
@@ -113,10 +116,13 @@ class RNNEncoder(nn.Module):
                 first = (layer * directions + direction) * per_direction
                 weights = self.rnn._flat_weights[first : first + per_direction]
                 inputs = x if direction == 0 else reverse_padded(x, lengths)
-                h0 = inputs.new_zeros(1, B, H)
-                out, _ = torch._VF.gru(
-                    inputs, h0, weights, self.rnn.bias, 1, 0.0, self.training, False, True
-                )
+                if self.rnn.bias and runs_fused(inputs):
+                    out = GRURecurrence.apply(inputs, *weights)
+                else:
+                    h0 = inputs.new_zeros(1, B, H)
+                    out, _ = torch._VF.gru(
+                        inputs, h0, weights, self.rnn.bias, 1, 0.0, self.training, False, True
+                    )
                 finals.append(out[rows, last])
                 outputs.append(out if direction == 0 else reverse_padded(out, lengths))
             x = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]

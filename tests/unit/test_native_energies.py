@@ -83,13 +83,18 @@ def test_recurrences_with_the_native_pass_are_as_exact_as_pytorch_ops(name, monk
     query gradients carry errors far above float32's epsilon on either path: they are small
     differences of softmax terms."""
     torch.manual_seed(0)
-    model = MODELS[name]()
+    assert_native_pass_as_exact(MODELS[name](), native, "energies", monkeypatch)
+
+
+def assert_native_pass_as_exact(model, module, entry: str, monkeypatch) -> None:
+    """One training step of `model` in float32 with `module`'s native pass (its function `entry`
+    must run) and with PyTorch ops (its library() None), both against the model in float64."""
     calls = []
-    energies = native.energies
-    monkeypatch.setattr(native, "energies", lambda *a: calls.append(1) or energies(*a))
+    native_function = getattr(module, entry)
+    monkeypatch.setattr(module, entry, lambda *a: calls.append(1) or native_function(*a))
     loss, attention, grads = train_step(model)
     assert calls  # the native pass ran
-    monkeypatch.setattr(native, "library", lambda: None)
+    monkeypatch.setattr(module, "library", lambda: None)
     calls.clear()
     *_, ops_grads = train_step(model)
     assert not calls

@@ -1,15 +1,13 @@
 """The native GRU step computes functional.gru_update and its gradients, and the recurrences
 that use it are as exact as with PyTorch ops."""
 
-import copy
-
 import pytest
 import torch
 
 from alignmt.models import native_gru
 from alignmt.models.functional import gru_update
 from alignmt.models.fused_recurrence import gru_update_into, gru_update_into_backward
-from tests.unit.test_native_energies import MODELS, TOL, assert_as_exact, train_step
+from tests.unit.test_native_energies import MODELS, TOL, assert_native_pass_as_exact
 
 needs_library = pytest.mark.skipif(native_gru.library() is None, reason="no C compiler here")
 
@@ -48,17 +46,4 @@ def test_recurrences_with_the_native_step_are_as_exact_as_pytorch_ops(name, monk
     """Both float32 paths against the same model in float64, as the attention's native pass is
     checked."""
     torch.manual_seed(0)
-    model = MODELS[name]()
-    calls = []
-    update = native_gru.update
-    monkeypatch.setattr(native_gru, "update", lambda *a: calls.append(1) or update(*a))
-    loss, attention, grads = train_step(model)
-    assert calls  # the native step ran
-    monkeypatch.setattr(native_gru, "library", lambda: None)
-    calls.clear()
-    *_, ops_grads = train_step(model)
-    assert not calls
-    exact_loss, exact_attention, exact_grads = train_step(copy.deepcopy(model).double())
-    torch.testing.assert_close(loss.double(), exact_loss, **TOL)
-    torch.testing.assert_close(attention.double(), exact_attention, **TOL)
-    assert_as_exact(grads, ops_grads, exact_grads)
+    assert_native_pass_as_exact(MODELS[name](), native_gru, "update", monkeypatch)

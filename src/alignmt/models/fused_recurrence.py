@@ -6,7 +6,9 @@ batches its cost is dominated by per-step overheads: every step records some thi
 nodes and computes five small weight gradients that are summed over steps. This function
 runs the same arithmetic without building a graph and back-propagates through time by hand:
 per-step work is only what truly depends on the previous step, and the weight gradients are
-computed once for all steps as large matrix products. `tests/unit/test_fast_paths.py` checks
+computed once for all steps as large matrix products. The per-step products take weights
+packed once per pass (step_linear); in float32 on CPU the attention energies and the GRU step
+are native passes (native_energies, native_gru). `tests/unit/test_fast_paths.py` checks
 values and gradients against the decoders' step functions.
 """
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from alignmt.models import Luong, RNNSearch
 from alignmt.models import native_energies as native
 from alignmt.models.attention import AdditiveAttention
+from alignmt.models.coverage import LinguisticCoverage, NeuralCoverage
 from alignmt.special_tokens import PAD_ID
 
 needs_library = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
@@ -58,6 +59,16 @@ MODELS = {
     "luong input feeding": lambda: Luong(
         30, 25, 12, 20, 1, rnn_type="gru", bidirectional_encoder=True,
         attention=partial(AdditiveAttention, attention_size=40),
+    ),
+    "rnnsearch, linguistic coverage": lambda: RNNSearch(
+        30, 25, embedding_dim=12, encoder_hidden_size=10, decoder_hidden_size=14,
+        maxout_size=8, attention=partial(AdditiveAttention, attention_size=40),
+        coverage=LinguisticCoverage,
+    ),
+    "luong input feeding, neural coverage": lambda: Luong(
+        30, 25, 12, 20, 1, rnn_type="gru", bidirectional_encoder=True,
+        attention=partial(AdditiveAttention, attention_size=40),
+        coverage=partial(NeuralCoverage, size=3),
     ),
 }  # fmt: skip
 

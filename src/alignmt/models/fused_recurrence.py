@@ -115,22 +115,29 @@ class AttentionSteps:
     with C a coverage model's state (`cell`, `w_cov`), if any, advanced after every step. Since
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
-    one sigmoid, no tanh and no rescaling passes; without coverage, in float32 on CPU, they
-    take one native pass each way (native_energies), as does the weights' gradient from the
-    context's. It keeps the (doubled) queries and coverage of every step; the activations, the
-    largest term, are recomputed in the backward pass."""
+    one sigmoid, no tanh and no rescaling passes; in float32 on CPU they take one native pass
+    each way (native_energies), over K + W_cov C (one addmm a step) with coverage, as does the
+    weights' gradient from the context's. It keeps the (doubled) queries and coverage of every
+    step; the activations, the largest term, are recomputed in the backward pass."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
         B, A = keys.size(0), keys.size(2)
-        self.native = cell is None and native_energies.usable(keys)
+        self.native = native_energies.usable(keys)
         if self.native:
             keys, values = keys.contiguous(), values.contiguous()
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
         self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
         self.doubled_queries = keys.new_empty(T, B, A)  # 2 q of every step
-        self.hidden = None if self.native else torch.empty_like(keys)
+        self.hidden = None if self.native and cell is None else torch.empty_like(keys)
         self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
+
+    def _covered_keys(self, t):
+        """K + W_cov C_t [B, S, A], in the one reused buffer (the native pass's keys)."""
+        A = self.hidden.size(-1)
+        coverage, keys = self.coverages[t].flatten(0, 1), self.keys.view(-1, A)
+        torch.addmm(keys, coverage, self.w_cov.t(), out=self.hidden.view(-1, A))
+        return self.hidden
 
     def _sigmoids(self, t):
         """sigmoid(2 (K + W_cov C_t + q_t)) [B, S, A], in the one reused buffer."""
@@ -152,8 +159,9 @@ class AttentionSteps:
         if self.cell is not None:
             self.coverages[t] = self.coverage
         if self.native:  # E + sum(v): the same softmax
+            keys = self.keys if self.cell is None else self._covered_keys(t)
             energy = native_energies.energies(
-                self.keys, self.doubled_queries[t], self.two_v, q.new_empty(self.blocked.shape)
+                keys, self.doubled_queries[t], self.two_v, q.new_empty(self.blocked.shape)
             )
         else:
             energy = torch.matmul(self._sigmoids(t), self.two_v)
@@ -172,6 +180,8 @@ class AttentionSteps:
             self.four_v = 4 * self.v
             if not self.native:  # reused: a fresh one faults its pages
                 self.products = torch.empty_like(self.values)
+            elif self.cell is not None:  # this step's d(K + W_cov C), reused
+                self.d_covered = torch.empty_like(self.keys)
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
                 self.d_w_cov_t = self.w_cov.new_zeros(self.w_cov.t().shape)  # see grads()
@@ -192,18 +202,19 @@ class AttentionSteps:
             d_alpha = d_alpha + d_alpha_cov
         d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
         if self.native:
+            keys, d_keys = self.keys, self.d_keys
+            if self.cell is not None:  # this step's gradient alone: W_cov and C need it
+                keys, d_keys = self._covered_keys(t), self.d_covered.zero_()
             dq, dv_rows = d_energy.new_empty(2, *self.doubled_queries[t].shape)
             native_energies.energies_backward(
-                self.keys,
-                self.doubled_queries[t],
-                self.four_v,
-                d_energy.contiguous(),
-                self.d_keys,
-                dq,
+                keys, self.doubled_queries[t], self.four_v, d_energy.contiguous(), d_keys, dq,
                 dv_rows,
-            )
+            )  # fmt: skip
             self.d_v.add_(dv_rows.sum(0), alpha=2)
             self.d_v -= d_energy.sum()
+            if self.cell is not None:
+                self.d_keys += d_keys
+                self._coverage_backward(coverage, d_keys)
             return dq, d_query
         sigmoids = self._sigmoids(t)
         A = sigmoids.size(-1)
@@ -213,9 +224,13 @@ class AttentionSteps:
         d_pre = sigmoid_backward_(self.four_v, sigmoids).mul_(d_energy.unsqueeze(2))
         self.d_keys += d_pre
         if self.cell is not None:
-            self.d_coverage = self.d_coverage + d_pre @ self.w_cov
-            self.d_w_cov_t.addmm_(coverage.flatten(0, 1).t(), d_pre.view(-1, A))
+            self._coverage_backward(coverage, d_pre)
         return d_pre.sum(1), d_query
+
+    def _coverage_backward(self, coverage, d_pre):
+        """d C and d W_cov of a step from d_pre, the gradient of its K + W_cov C [B, S, A]."""
+        self.d_coverage = self.d_coverage + d_pre @ self.w_cov
+        self.d_w_cov_t.addmm_(coverage.flatten(0, 1).t(), d_pre.view(-1, d_pre.size(-1)))
 
     def grads(self) -> tuple:
         """d keys, d v, d W_cov (None without coverage) and the coverage model's inputs'. d W_cov

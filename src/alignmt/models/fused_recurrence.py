@@ -63,44 +63,48 @@ class LinguisticCell:
 
 class NeuralCell:
     """Tu et al.'s neural coverage inside a fused recurrence: C' = GRU(C, [alpha; h_j; query])
-    with the annotations' part of the gates precomputed, on plain tensors."""
+    with the annotations' part of the gates precomputed, on plain tensors. Every source word's
+    unit is a row of one [B S, 3n] GRU step (gru_update_into: one native pass each way)."""
 
     def __init__(self, annotation_gates, w_weight, w_query, w_rec, b_rec):
-        self.annotation_gates, self.w_weight, self.w_query = annotation_gates, w_weight, w_query
+        self.annotation_gates, self.w_query = annotation_gates, w_query
+        self.w_weight = w_weight[:, 0]  # [3n]: alpha is one input unit
         self.w_rec, self.b_rec = w_rec, b_rec
-        self.saved = {}  # step -> r, z, n, W_rn C + b_rn
+        self.saved = {}  # step -> r, z, n and W_hn C + b_hn, as gru_update_into keeps them
         # d W_rec summed as its transpose, as AttentionSteps sums d W_cov (see its grads())
         inputs = annotation_gates, w_weight, w_query, w_rec.t(), b_rec
         self.d = [torch.zeros_like(p, memory_format=torch.contiguous_format) for p in inputs]
 
     def step(self, t, coverage, alpha, query):
         n_size = coverage.size(-1)
-        gates_x = self.annotation_gates + alpha.unsqueeze(-1) * self.w_weight[:, 0]
-        gates_x = gates_x + (query @ self.w_query.t()).unsqueeze(1)
-        gates_h = coverage @ self.w_rec.t() + self.b_rec
-        rz = torch.sigmoid(gates_x[..., : 2 * n_size] + gates_h[..., : 2 * n_size])
-        r, z = rz[..., :n_size], rz[..., n_size:]
-        gh_n = gates_h[..., 2 * n_size :]
-        n = torch.tanh(gates_x[..., 2 * n_size :] + r * gh_n)
-        self.saved[t] = r, z, n, gh_n
-        return n + z * (coverage - n)
+        gates_x = torch.addcmul(self.annotation_gates, alpha.unsqueeze(-1), self.w_weight)
+        gates_x += (query @ self.w_query.t()).unsqueeze(1)
+        rows = coverage.reshape(-1, n_size)
+        gates_h = torch.addmm(self.b_rec, rows, self.w_rec.t())
+        gates, gh_n, out = gates_h.new_empty(gates_h.shape), *rows.new_empty(2, *rows.shape)
+        self.saved[t] = gates, gh_n
+        gru_update_into(gates_x.view(-1, 3 * n_size), gates_h, rows, gates, gh_n, out)
+        return out.view(coverage.shape)
 
     def backward(self, t, d_next, coverage, alpha, query):
-        r, z, n, gh_n = self.saved.pop(t)
-        d_pre_n = tanh_backward(d_next * (1 - z), n)
-        d_pre_r = sigmoid_backward(d_pre_n * gh_n, r)
-        d_pre_z = sigmoid_backward(d_next * (coverage - n), z)
-        d_gx = torch.cat([d_pre_r, d_pre_z, d_pre_n], dim=-1)  # [B, S, 3n]
-        d_gh = torch.cat([d_pre_r, d_pre_z, d_pre_n * r], dim=-1)
+        """(d coverage, d alpha, d query) from d_next, the gradient into C'."""
+        gates, gh_n = self.saved.pop(t)
+        B, S, n_size = coverage.shape
+        rows = coverage.reshape(-1, n_size)
+        d_gx, d_gh = gates.new_empty(2, *gates.shape)
+        direct = gru_update_into_backward(
+            d_next.reshape(-1, n_size), rows, gates, gh_n, d_gx, d_gh
+        )
         d_gates, d_weight, d_query_w, d_rec_t, d_bias = self.d
-        d_gates += d_gx
-        d_weight[:, 0] += (d_gx * alpha.unsqueeze(-1)).sum((0, 1))
-        d_per_query = d_gx.sum(1)  # [B, 3n]
+        d_gates += d_gx.view(B, S, -1)
+        d_weight[:, 0].addmv_(d_gx.t(), alpha.reshape(-1))
+        d_per_query = d_gx.view(B, S, -1).sum(1)  # [B, 3n]
         d_query_w.addmm_(d_per_query.t(), query)
-        d_rec_t.addmm_(coverage.flatten(0, 1).t(), d_gh.flatten(0, 1))
-        d_bias += d_gh.sum((0, 1))
-        d_coverage = d_next * z + d_gh @ self.w_rec
-        return d_coverage, d_gx @ self.w_weight[:, 0], d_per_query @ self.w_query
+        d_rec_t.addmm_(rows.t(), d_gh)
+        d_bias += d_gh.sum(0)
+        d_coverage = torch.addmm(direct, d_gh, self.w_rec).view(B, S, n_size)
+        d_alpha = (d_gx @ self.w_weight).view(B, S)
+        return d_coverage, d_alpha, d_per_query @ self.w_query
 
     def grads(self) -> tuple:
         d_gates, d_weight, d_query_w, d_rec_t, d_bias = self.d

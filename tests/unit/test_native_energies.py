@@ -19,29 +19,41 @@ needs_library = pytest.mark.skipif(native.library() is None, reason="no C compil
 
 
 @needs_library
-@pytest.mark.parametrize("A", [7, 16, 37])  # below, at and off the vector width
-def test_energies_and_gradients_equal_the_definition(A):
+@pytest.mark.parametrize("A", [7, 16, 37, 70])  # below, at and off the vector widths
+@pytest.mark.parametrize("n", [0, 1, 3])  # coverage units per source word (0: none)
+def test_energies_and_gradients_equal_the_definition(A, n):
     torch.manual_seed(0)
     B, S = 3, 5
     keys, query, v = torch.randn(B, S, A), torch.randn(B, A), torch.randn(A)
+    coverage, w_cov = torch.rand(B, S, n), torch.randn(A, n)
     keys[0, 1, 0] = 60.0  # a saturated sigmoid
     d_energy = torch.randn(B, S)
     d_energy[2, 3:] = 0.0  # masked positions carry no gradient
 
-    # E = v . tanh(K + q), in float64 with autograd
-    k64, q64, v64 = (t.double().requires_grad_() for t in (keys, query, v))
-    exact = (torch.tanh(k64 + q64.unsqueeze(1)) * v64).sum(-1)
+    # E = v . tanh(K + W_cov C + q), in float64 with autograd
+    k64, q64, v64, c64, w64 = (
+        t.double().requires_grad_() for t in (keys, query, v, coverage, w_cov)
+    )
+    exact = (torch.tanh(k64 + c64 @ w64.t() + q64.unsqueeze(1)) * v64).sum(-1)
     exact.backward(d_energy.double())
 
-    energy = native.energies(keys, 2 * query, 2 * v, torch.empty(B, S))
+    covered = () if n == 0 else (coverage, w_cov.t().contiguous())
+    energy = native.energies(keys, 2 * query, 2 * v, torch.empty(B, S), *covered)
     torch.testing.assert_close(energy.double() - v64.sum().detach(), exact.detach(), **TOL)
 
     d_keys, dq, dv_rows = torch.ones(B, S, A), torch.empty(B, A), torch.empty(B, A)
-    native.energies_backward(keys, 2 * query, 4 * v, d_energy, d_keys, dq, dv_rows)
+    d_coverage, d_w_cov_t = torch.ones(B, S, n), torch.ones(n, A)  # accumulated onto ones
+    grads = () if n == 0 else (d_coverage, d_w_cov_t)
+    native.energies_backward(
+        keys, 2 * query, 4 * v, d_energy, d_keys, dq, dv_rows, *covered, *grads
+    )
     d_v = 2 * dv_rows.sum(0) - d_energy.sum()
-    torch.testing.assert_close(d_keys.double() - 1, k64.grad, **TOL)  # accumulated onto ones
+    torch.testing.assert_close(d_keys.double() - 1, k64.grad, **TOL)
     torch.testing.assert_close(dq.double(), q64.grad, **TOL)
     torch.testing.assert_close(d_v.double(), v64.grad, **TOL)
+    if n:
+        torch.testing.assert_close(d_coverage.double() - 1, c64.grad, **TOL)
+        torch.testing.assert_close(d_w_cov_t.t().double() - 1, w64.grad, **TOL)
 
     # c = alpha V, so dL/d alpha[b, s] = V[b, s] . dL/dc[b]
     values, d_c = torch.randn(B, S, A + 3), torch.randn(B, A + 3)

@@ -92,9 +92,7 @@ class NeuralCell:
         B, S, n_size = coverage.shape
         rows = coverage.reshape(-1, n_size)
         d_gx, d_gh = gates.new_empty(2, *gates.shape)
-        direct = gru_update_into_backward(
-            d_next.reshape(-1, n_size), rows, gates, gh_n, d_gx, d_gh
-        )
+        direct = gru_update_into_backward(d_next.reshape(-1, n_size), rows, gates, gh_n, d_gx, d_gh)
         d_gates, d_weight, d_query_w, d_rec_t, d_bias = self.d
         d_gates += d_gx.view(B, S, -1)
         d_weight[:, 0].addmv_(d_gx.t(), alpha.reshape(-1))
@@ -120,8 +118,8 @@ class AttentionSteps:
     tanh(x) = 2 sigmoid(2x) - 1, E = 2 v . sigmoid(2 (K + W_cov C + q)) - sum(v), and the
     constant leaves alpha unchanged: the [B, S, A] activations cost one fused add (or addmm) and
     one sigmoid, no tanh and no rescaling passes; in float32 on CPU they take one native pass
-    each way (native_energies), over K + W_cov C (one addmm a step) with coverage, as does the
-    weights' gradient from the context's. It keeps the (doubled) queries and coverage of every
+    each way (native_energies), with W_cov C and its gradients inside it, as does the weights'
+    gradient from the context's. It keeps the (doubled) queries and coverage of every
     step; the activations, the largest term, are recomputed in the backward pass."""
 
     def __init__(self, T, keys, values, mask, v, w_cov=None, cell=None, coverage=None):
@@ -132,16 +130,11 @@ class AttentionSteps:
         self.keys, self.values, self.blocked, self.v = keys, values, ~mask, v
         self.two_v = 2 * v
         self.w_cov, self.cell, self.coverage = w_cov, cell, coverage
+        if self.native and cell is not None:
+            self.w_cov_t = w_cov.t().contiguous()  # [n, A]: the native pass's layout
         self.doubled_queries = keys.new_empty(T, B, A)  # 2 q of every step
-        self.hidden = None if self.native and cell is None else torch.empty_like(keys)
+        self.hidden = None if self.native else torch.empty_like(keys)
         self.coverages = None if cell is None else keys.new_empty(T, *coverage.shape)
-
-    def _covered_keys(self, t):
-        """K + W_cov C_t [B, S, A], in the one reused buffer (the native pass's keys)."""
-        A = self.hidden.size(-1)
-        coverage, keys = self.coverages[t].flatten(0, 1), self.keys.view(-1, A)
-        torch.addmm(keys, coverage, self.w_cov.t(), out=self.hidden.view(-1, A))
-        return self.hidden
 
     def _sigmoids(self, t):
         """sigmoid(2 (K + W_cov C_t + q_t)) [B, S, A], in the one reused buffer."""
@@ -163,10 +156,10 @@ class AttentionSteps:
         if self.cell is not None:
             self.coverages[t] = self.coverage
         if self.native:  # E + sum(v): the same softmax
-            keys = self.keys if self.cell is None else self._covered_keys(t)
             energy = native_energies.energies(
-                keys, self.doubled_queries[t], self.two_v, q.new_empty(self.blocked.shape)
-            )
+                self.keys, self.doubled_queries[t], self.two_v, q.new_empty(self.blocked.shape),
+                *self._native_coverage(t),
+            )  # fmt: skip
         else:
             energy = torch.matmul(self._sigmoids(t), self.two_v)
         alpha = torch.softmax(energy.masked_fill_(self.blocked, float("-inf")), dim=-1)
@@ -184,8 +177,6 @@ class AttentionSteps:
             self.four_v = 4 * self.v
             if not self.native:  # reused: a fresh one faults its pages
                 self.products = torch.empty_like(self.values)
-            elif self.cell is not None:  # this step's d(K + W_cov C), reused
-                self.d_covered = torch.empty_like(self.keys)
             if self.cell is not None:
                 self.d_coverage = torch.zeros_like(self.coverage)
                 self.d_w_cov_t = self.w_cov.new_zeros(self.w_cov.t().shape)  # see grads()
@@ -206,19 +197,17 @@ class AttentionSteps:
             d_alpha = d_alpha + d_alpha_cov
         d_energy = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))
         if self.native:
-            keys, d_keys = self.keys, self.d_keys
-            if self.cell is not None:  # this step's gradient alone: W_cov and C need it
-                keys, d_keys = self._covered_keys(t), self.d_covered.zero_()
             dq, dv_rows = d_energy.new_empty(2, *self.doubled_queries[t].shape)
+            coverage_grads = ()
+            if self.cell is not None:  # d C_t accumulates onto the cell's part
+                self.d_coverage = self.d_coverage.contiguous()
+                coverage_grads = self.d_coverage, self.d_w_cov_t
             native_energies.energies_backward(
-                keys, self.doubled_queries[t], self.four_v, d_energy.contiguous(), d_keys, dq,
-                dv_rows,
+                self.keys, self.doubled_queries[t], self.four_v, d_energy.contiguous(),
+                self.d_keys, dq, dv_rows, *self._native_coverage(t), *coverage_grads,
             )  # fmt: skip
             self.d_v.add_(dv_rows.sum(0), alpha=2)
             self.d_v -= d_energy.sum()
-            if self.cell is not None:
-                self.d_keys += d_keys
-                self._coverage_backward(coverage, d_keys)
             return dq, d_query
         sigmoids = self._sigmoids(t)
         A = sigmoids.size(-1)
@@ -230,6 +219,10 @@ class AttentionSteps:
         if self.cell is not None:
             self._coverage_backward(coverage, d_pre)
         return d_pre.sum(1), d_query
+
+    def _native_coverage(self, t) -> tuple:
+        """The native pass's coverage arguments at step t: (C_t, W_cov transposed) or none."""
+        return () if self.cell is None else (self.coverages[t], self.w_cov_t)
 
     def _coverage_backward(self, coverage, d_pre):
         """d C and d W_cov of a step from d_pre, the gradient of its K + W_cov C [B, S, A]."""

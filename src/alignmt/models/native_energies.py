@@ -33,28 +33,36 @@ def library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
-    lib.additive_energies.argtypes = [pointer] * 4 + [size] * 3
-    lib.additive_energies_backward.argtypes = [pointer] * 7 + [size] * 3
+    lib.additive_energies.argtypes = [pointer] * 6 + [size] * 4
+    lib.additive_energies_backward.argtypes = [pointer] * 11 + [size] * 4
     lib.weights_grad.argtypes = [pointer] * 3 + [size] * 3
     return lib
 
 
-def energies(keys, doubled_query, two_v, out) -> torch.Tensor:
-    """out [B, S] = sum_a 2 v_a sigmoid(2 K + 2 q): the energies plus sum(v), which the
-    softmax ignores (fused_recurrence.AttentionSteps)."""
+def energies(keys, doubled_query, two_v, out, coverage=None, w_cov_t=None) -> torch.Tensor:
+    """out [B, S] = sum_a 2 v_a sigmoid(2 (K + W_cov C) + 2 q): the energies plus sum(v), which
+    the softmax ignores (fused_recurrence.AttentionSteps). Coverage C [B, S, n] and W_cov's
+    transpose [n, A] enter inside the pass, so K + W_cov C is never written."""
     B, S, A = keys.shape
+    n = 0 if coverage is None else coverage.size(-1)
     library().additive_energies(
-        _pointer(keys), _pointer(doubled_query), _pointer(two_v), _pointer(out), B, S, A
+        *map(_pointer, (keys, doubled_query, two_v, coverage, w_cov_t, out)), B, S, A, n
     )
     return out
 
 
-def energies_backward(keys, doubled_query, four_v, d_energy, d_keys, dq, dv_rows) -> None:
+def energies_backward(
+    keys, doubled_query, four_v, d_energy, d_keys, dq, dv_rows, coverage=None, w_cov_t=None,
+    d_coverage=None, d_w_cov_t=None,
+) -> None:  # fmt: skip
     """d_keys += dE/dK, dq = dE/dq and dv_rows [B, A] whose sum over rows is
-    sum_s sigmoid * d_energy (so dE/dv = 2 of it minus sum(d_energy)), for d_energy [B, S]."""
+    sum_s sigmoid * d_energy (so dE/dv = 2 of it minus sum(d_energy)), for d_energy [B, S];
+    with coverage, also d_coverage += dE/dC and d_w_cov_t += dE/dW_cov (transposed)."""
     B, S, A = keys.shape
+    n = 0 if coverage is None else coverage.size(-1)
+    tensors = keys, doubled_query, four_v, coverage, w_cov_t, d_energy, d_keys, dq, dv_rows
     library().additive_energies_backward(
-        *map(_pointer, (keys, doubled_query, four_v, d_energy, d_keys, dq, dv_rows)), B, S, A
+        *map(_pointer, (*tensors, d_coverage, d_w_cov_t)), B, S, A, n
     )
 
 

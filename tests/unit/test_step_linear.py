@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from alignmt.models import step_linear
-from alignmt.models.step_linear import StepLinear
+from alignmt.models.readout import MaxoutReadout
+from alignmt.models.step_linear import PackedReadout, StepLinear
 from tests.unit.test_native_energies import MODELS, TOL, assert_as_exact, train_step
 
 needs_onednn = pytest.mark.skipif(not step_linear.onednn_available(), reason="no oneDNN here")
@@ -35,6 +36,23 @@ def test_packed_products_equal_the_definition(transposed):
     assert returned.data_ptr() == buffer[1].data_ptr()
     torch.testing.assert_close(buffer[1].double(), exact + other.double(), **TOL)
     assert not buffer[0].any() and not buffer[2].any()
+
+
+@needs_onednn
+def test_a_packed_readout_gives_the_readouts_logits_and_packs_once():
+    """Scheduled sampling's per-step logits of a few rows: the maxout readout's own, with W_o
+    packed at the first call and reused for every later one."""
+    torch.manual_seed(0)
+    readout = MaxoutReadout(21, 8, 45).eval()
+    exact = copy.deepcopy(readout).double()
+    packed = PackedReadout(readout.hidden, readout.output, batch=16)
+    assert packed.project is None  # nothing packed until logits are asked for
+    projects = []
+    for rows in (16, 3, 1):  # the rows sampled vary from step to step
+        features = torch.randn(rows, 21)
+        torch.testing.assert_close(packed(features).double(), exact(features.double()), **TOL)
+        projects.append(packed.project)
+    assert projects[0].packed is not None and projects == [projects[0]] * 3
 
 
 def test_other_dtypes_and_a_disabled_onednn_use_addmm(monkeypatch):

@@ -20,6 +20,7 @@ from alignmt.models.fused_recurrence import (
 )
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
+from alignmt.models.step_linear import PackedReadout
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -155,7 +156,8 @@ class LuongDecoder(Decoder):
     def scheduled(self, tgt_in, memory, state, feed):
         if not (self.input_feeding and isinstance(feed, MixedFeed)):
             return None
-        refeed = Refeed(feed, tgt_in, lambda rows, tokens, feeds: self.readout(feeds[rows]))
+        readout = PackedReadout(*self.split_readout(), tgt_in.size(0))
+        refeed = Refeed(feed, tgt_in, lambda rows, tokens, feeds: readout(feeds[rows]))
         return self._fused_input_feeding(tgt_in, memory, state, refeed)
 
     def _fused_input_feeding(self, tgt_in, memory, state, refeed: Refeed | None = None):

@@ -21,6 +21,7 @@ from alignmt.models.fused_recurrence import (
 from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
+from alignmt.models.step_linear import PackedReadout
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -108,9 +109,11 @@ class RNNSearchDecoder(Decoder):
         if not isinstance(feed, MixedFeed) or (self.training and self.maxout.dropout.p > 0):
             return None  # the logits that choose would need the readout's dropout masks
 
+        readout = PackedReadout(*self.split_readout(), tgt_in.size(0))
+
         def logits_of(rows, tokens, hidden, context):
             features = [hidden[rows], self.embedding(tokens[rows]), context[rows]]
-            return self.readout(torch.cat(features, dim=-1))
+            return readout(torch.cat(features, dim=-1))
 
         return self._fused(tgt_in, memory, state, Refeed(feed, tgt_in, logits_of))
 

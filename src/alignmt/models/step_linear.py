@@ -48,3 +48,19 @@ class StepLinear:
             return torch.addmm(other, x, self.weight.t(), out=out)
         y = torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed, None, "add")
         return y if out is None else out.copy_(y)
+
+
+class PackedReadout:
+    """logits = output(hidden(features)) for a few rows at a time, the vocabulary projection's
+    weight packed at the first call and kept for the pass: scheduled sampling asks each step for
+    the logits of the rows it feeds the model's own tokens, and BLAS would repack the whole
+    [vocabulary, d] weight for every such call."""
+
+    def __init__(self, hidden, output: torch.nn.Linear, batch: int):
+        self.hidden, self.output, self.batch = hidden, output, batch
+        self.project = None
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        if self.project is None:
+            self.project = StepLinear(self.output.weight, self.batch)
+        return self.project(self.hidden(features), self.output.bias)

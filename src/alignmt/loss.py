@@ -145,16 +145,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
             loss, keep, count, lse = _native_forward(
                 scores, bias, targets, ignore_index, label_smoothing
             )
-            safe = targets  # the pass reads ignore_index itself
+            saved_targets = targets  # the raw targets: the pass reads ignore_index itself
         else:
             if bias is None:
                 torch.mm(hidden, weight.t(), out=scores)
             else:
                 torch.addmm(bias, hidden, weight.t(), out=scores)
             log_probs = torch.log_softmax(scores, dim=-1, out=scores)
-            loss, safe, keep, count = _mean_loss(log_probs, targets, ignore_index, label_smoothing)
+            loss, saved_targets, keep, count = _mean_loss(
+                log_probs, targets, ignore_index, label_smoothing
+            )  # the targets with ignored positions at 0, safe to gather
             lse = None
-        ctx.save_for_backward(hidden, weight, safe, keep, count, lse)
+        ctx.save_for_backward(hidden, weight, saved_targets, keep, count, lse)
         ctx.scores, ctx.workspace = scores, workspace
         ctx.label_smoothing, ctx.has_bias = label_smoothing, bias is not None
         ctx.ignore_index = ignore_index
@@ -168,19 +170,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 "linear_cross_entropy's buffer is reused in place: backward through it once "
                 "(no retain_graph)"
             )
-        hidden, weight, safe, keep, count, lse = ctx.saved_tensors
+        hidden, weight, saved_targets, keep, count, lse = ctx.saved_tensors
         scores, ctx.scores = ctx.scores, None
         scale = grad_loss / count
         needs = ctx.needs_input_grad
         wants_bias = ctx.has_bias and needs[2]
         if ctx.native:  # the gradient scaled and the bias's summed in the pass
             grad, d_bias = _native_backward(
-                scores, lse, safe, ctx.ignore_index, ctx.label_smoothing, scale, wants_bias
+                scores, lse, saved_targets, ctx.ignore_index, ctx.label_smoothing, scale, wants_bias
             )
             d_hidden = grad @ weight if needs[0] else None
             d_weight = grad.t() @ hidden if needs[1] else None
         else:
-            grad = _logit_gradient_(scores, safe, ctx.label_smoothing)
+            grad = _logit_gradient_(scores, saved_targets, ctx.label_smoothing)
             dropped = (~keep).nonzero().squeeze(1)
             if len(dropped):
                 grad.index_fill_(0, dropped, 0.0)

@@ -42,7 +42,7 @@ def update(gx, gh, s, gates, gh_n, out) -> torch.Tensor:
     gx = gx.contiguous()
     assert all(t.is_contiguous() for t in (gates, gh_n, out))
     library().gru_update(
-        pointer(gx), _rows(gh), gh.stride(0), _rows(s), s.stride(0),
+        pointer(gx), pointer(gh, rows=True), gh.stride(0), pointer(s, rows=True), s.stride(0),
         pointer(gates), pointer(gh_n), pointer(out), B, H,
     )  # fmt: skip
     return out
@@ -55,13 +55,7 @@ def update_backward(ds, s, gates, gh_n, d_gx, d_gh) -> torch.Tensor:
     direct = torch.empty_like(ds)  # ds z
     assert all(t.is_contiguous() for t in (gates, gh_n, d_gx))
     library().gru_update_backward(
-        pointer(ds), _rows(s), s.stride(0), pointer(gates), pointer(gh_n),
-        pointer(d_gx), _rows(d_gh), d_gh.stride(0), pointer(direct), B, H,
+        pointer(ds), pointer(s, rows=True), s.stride(0), pointer(gates), pointer(gh_n),
+        pointer(d_gx), pointer(d_gh, rows=True), d_gh.stride(0), pointer(direct), B, H,
     )  # fmt: skip
     return direct
-
-
-def _rows(tensor: torch.Tensor) -> ctypes.c_void_p:
-    """A [B, n] tensor whose rows are contiguous but may be strided."""
-    assert tensor.dtype == torch.float32 and tensor.stride(-1) == 1
-    return ctypes.c_void_p(tensor.data_ptr())

@@ -48,11 +48,13 @@ def load(name: str) -> ctypes.CDLL | None:
         return None
 
 
-def pointer(tensor: torch.Tensor | None) -> ctypes.c_void_p | None:
-    """A contiguous float32 or int64 tensor's data for a C argument (None stays NULL)."""
+def pointer(tensor: torch.Tensor | None, rows: bool = False) -> ctypes.c_void_p | None:
+    """A contiguous float32 or int64 tensor's data for a C argument (None stays NULL); with
+    `rows`, a matrix whose rows need only be contiguous (the caller passes the row stride)."""
     if tensor is None:
         return None
-    assert tensor.is_contiguous() and tensor.dtype in (torch.float32, torch.int64)
+    laid_out = tensor.stride(-1) == 1 if rows else tensor.is_contiguous()
+    assert laid_out and tensor.dtype in (torch.float32, torch.int64)
     return ctypes.c_void_p(tensor.data_ptr())
 
 

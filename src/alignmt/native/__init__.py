@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 SOURCES = Path(__file__).parent
-COMPILE = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-c"]
-if platform.machine().lower() in ("x86_64", "amd64"):  # full-width AVX-512 where there is one
-    COMPILE.insert(2, "-mprefer-vector-width=512")
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+WIDE = ["-mprefer-vector-width=512"] if X86 else []  # full-width AVX-512 where there is one
+COMPILE = ["-O3", "-march=native", *WIDE, "-ffast-math", "-fopenmp", "-fPIC", "-c"]
 LINK = ["-shared", "-fopenmp"]  # without -ffast-math, which would set flush-to-zero process-wide
 
 

@@ -79,12 +79,12 @@ void additive_energies_backward(const float *keys, const float *q2, const float 
                                 float *dv_rows, float *d_cov, float *d_w_cov_t, int64_t B,
                                 int64_t S, int64_t A, int64_t n) {
   /* d W_cov summed per thread, then over threads in a fixed order: the same bits every run */
-  const int threads = omp_get_max_threads();
-  float *partial = calloc((size_t)threads * n * A + 1, sizeof(float));
+  const int threads = n ? omp_get_max_threads() : 0;
+  float *partial = n ? calloc((size_t)threads * n * A, sizeof(float)) : NULL;
 #pragma omp parallel
   {
     float *p = malloc(A * sizeof(float));
-    float *dw = partial + (int64_t)omp_get_thread_num() * n * A;
+    float *dw = n ? partial + (int64_t)omp_get_thread_num() * n * A : NULL;
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       const float *q = q2 + b * A;

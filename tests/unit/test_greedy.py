@@ -52,3 +52,16 @@ def test_batched_greedy_equals_one_sentence_at_a_time(name):
         expected = reference_greedy(model, src, src_lengths, limit)
     assert got == expected
     assert len({len(tokens) for tokens in got}) > 1  # sentences did finish at different steps
+
+
+def test_greedy_breaks_ties_at_the_lowest_word_id_as_argmax_does():
+    torch.manual_seed(3)
+    model = MODELS["luong"]().eval()
+    output = model.decoder.output
+    with torch.no_grad():  # words 7 and 5 tie for the best logit at every step
+        output.weight.zero_()
+        output.bias.zero_()
+        output.bias[[7, 5]] = 3.0
+    src, src_lengths = torch.tensor([[9, 8, EOS_ID]]), torch.tensor([3])
+    got = GreedySearch(max_length=4)(model, src, src_lengths)[0][0]
+    assert got.tokens == [5, 5, 5, 5]

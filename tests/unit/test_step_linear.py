@@ -89,3 +89,41 @@ def test_recurrences_with_packed_weights_are_as_exact_as_addmm(name, monkeypatch
     torch.testing.assert_close(loss.double(), exact_loss, **TOL)
     torch.testing.assert_close(attention.double(), exact_attention, **TOL)
     assert_as_exact(grads, addmm_grads, exact_grads)
+
+
+@needs_onednn
+def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
+    """A search step's logits (Decoder.step_readout) are the readout's to float32 rounding,
+    through W_o packed once; an optimiser step or a loaded state dict packs it again; one row,
+    autograd and the int8 decoder's layers take the readout itself."""
+    from alignmt.models import RNNSearch
+    from alignmt.models.int8 import Int8Linear
+
+    torch.manual_seed(0)
+    model = RNNSearch(20, 15, 16, 16, 24, 16).eval()
+    decoder, layer = model.decoder, model.decoder.maxout.output
+    features = torch.randn(6, decoder.maxout.proj.in_features)
+
+    def check():
+        with torch.no_grad():
+            logits = decoder.step_readout(features)
+            exact = copy.deepcopy(decoder).double().readout(features.double())
+        torch.testing.assert_close(logits.double(), exact, **TOL)
+        return step_linear._packed_layers[layer][1]
+
+    first = check()
+    assert first.packed is not None and check() is first  # packed once
+    layer.weight.grad = torch.randn_like(layer.weight)
+    torch.optim.SGD([layer.weight], lr=0.5).step()
+    second = check()
+    assert second is not first
+    other = RNNSearch(20, 15, 16, 16, 24, 16)
+    model.load_state_dict(other.state_dict())
+    assert check() not in (first, second)
+
+    one_row = features[:1]
+    with torch.no_grad():
+        assert torch.equal(decoder.step_readout(one_row), decoder.readout(one_row))
+    assert decoder.step_readout(features).requires_grad  # autograd: the readout itself
+    int8 = Int8Linear(layer.in_features, layer.out_features)
+    assert step_linear.packed_layer(int8, rows=6) is None

@@ -74,7 +74,7 @@ class GreedySearch:
             log_probs = constrain(
                 torch.log_softmax(logits.float(), dim=-1), t, caps, self.min_length, banned
             )
-            best = log_probs.argmax(dim=-1)
+            best = log_probs.max(dim=-1).indices  # argmax's first maximum, by the faster CPU kernel
             best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
             tokens[active, t] = best
             scores[active] += log_probs.gather(1, best.unsqueeze(1)).squeeze(1)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
+from alignmt.models.step_linear import packed_layer
 
 # Batch-first tensors (and nested dicts of them, e.g. the attention's own state): beam search
 # and dropping finished sentences reorder them by index.
@@ -96,6 +97,18 @@ class Decoder(nn.Module):
         """(inputs, layer) with readout(f) = layer(inputs(f)) where the readout ends in a linear
         layer; None where it does not (the default)."""
         return None
+
+    def step_readout(self, features: torch.Tensor) -> torch.Tensor:
+        """`readout` of one search step's features [B, F]: outside autograd, the last linear
+        layer multiplies by its weight packed once (step_linear.packed_layer) where BLAS would
+        pack the whole vocabulary projection again at every step."""
+        split = None if torch.is_grad_enabled() else self.split_readout()
+        if split is not None:
+            inputs, layer = split
+            packed = packed_layer(layer, features.size(0))
+            if packed is not None:
+                return packed(inputs(features), layer.bias)
+        return self.readout(features)
 
     def teacher_forced(
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState
@@ -274,7 +287,7 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, DecoderState, torch.Tensor | None]:
         """prev_tokens [B] -> (logits [B, V], next state, attention [B, S] or None)."""
         features, state, attention = self.decoder.step(prev_tokens, memory, state)
-        return self.decoder.readout(features), state, attention
+        return self.decoder.step_readout(features), state, attention
 
     def paper_init_(self) -> None:
         self.decoder.paper_init_()

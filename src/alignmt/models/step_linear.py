@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 
 import torch
+from torch import nn
 
 
 @functools.cache
@@ -64,3 +66,26 @@ class PackedReadout:
         if self.project is None:
             self.project = StepLinear(self.output.weight, self.batch)
         return self.project(self.hidden(features), self.output.bias)
+
+
+# nn.Linear -> ((the weight's identity, storage and version), its StepLinear)
+_packed_layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:
+    """A plain float32 nn.Linear's weight packed for `rows`-row products outside autograd, packed
+    again only when the weight changes (an optimiser step, a loaded state dict): the searches'
+    vocabulary projection at every step. None where oneDNN would not run it, for subclasses
+    (the int8 decoder's layers), for one row, where BLAS's matrix-vector product packs nothing,
+    and for a weight made in inference mode, whose in-place changes leave no version to see."""
+    weight = layer.weight
+    if type(layer) is not nn.Linear or rows < 2 or weight.device.type != "cpu":
+        return None
+    if weight.is_inference():
+        return None
+    key = (id(weight), weight.data_ptr(), weight._version)
+    cached = _packed_layers.get(layer)
+    if cached is None or cached[0] != key:
+        cached = (key, StepLinear(weight.detach(), rows))
+        _packed_layers[layer] = cached
+    return cached[1] if cached[1].packed is not None else None

@@ -109,7 +109,7 @@ def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
             logits = decoder.step_readout(features)
             exact = copy.deepcopy(decoder).double().readout(features.double())
         torch.testing.assert_close(logits.double(), exact, **TOL)
-        return step_linear._packed_layers[layer][1]
+        return step_linear._packed[layer]["weight"][1]
 
     first = check()
     assert first.packed is not None and check() is first  # packed once
@@ -127,3 +127,30 @@ def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
     assert decoder.step_readout(features).requires_grad  # autograd: the readout itself
     int8 = Int8Linear(layer.in_features, layer.out_features)
     assert step_linear.packed_layer(int8, rows=6) is None
+
+
+@needs_onednn
+def test_a_luong_search_step_with_packed_weights_is_the_models_step():
+    """Outside autograd a one-layer GRU Luong decoder's step multiplies by its GRU and W_c
+    weights packed once: its features and next state are the step's definition (the same
+    model in float64, through torch.nn.GRU) to float32 rounding."""
+    from alignmt.models import Luong
+    from alignmt.models.attention import AdditiveAttention
+
+    torch.manual_seed(0)
+    model = Luong(30, 25, 12, 16, num_layers=1, rnn_type="gru", bidirectional_encoder=True,
+                  attention=AdditiveAttention).eval()  # fmt: skip
+    exact = copy.deepcopy(model).double()
+    src, lengths = torch.randint(4, 30, (5, 7)), torch.tensor([7, 6, 5, 3, 7])
+    prev = torch.randint(4, 25, (5,))
+    with torch.no_grad():
+        memory, state = model.start(src, lengths)
+        features, next_state, alpha = model.decoder.step(prev, memory, state)
+        exact_memory, exact_state = exact.start(src, lengths)
+        expected = exact.decoder.step(prev, exact_memory, exact_state)
+    rnn = model.decoder.rnn
+    assert {"weight_ih_l0", "weight_hh_l0"} <= step_linear._packed[rnn].keys()
+    assert step_linear._packed[model.decoder.combine]["weight"][1].packed is not None
+    torch.testing.assert_close(features.double(), expected[0], **TOL)
+    torch.testing.assert_close(next_state["hidden"].double(), expected[1]["hidden"], **TOL)
+    torch.testing.assert_close(alpha.double(), expected[2], **TOL)

@@ -11,6 +11,7 @@ from torch import nn
 from alignmt.models.attention import Attention
 from alignmt.models.coverage import Coverage, with_coverage
 from alignmt.models.encoder import RNN_TYPES, EncoderOutput, RNNEncoder
+from alignmt.models.functional import gru_update
 from alignmt.models.fused_recurrence import (
     LuongGRURecurrence,
     Refeed,
@@ -20,7 +21,7 @@ from alignmt.models.fused_recurrence import (
 )
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
-from alignmt.models.step_linear import PackedReadout
+from alignmt.models.step_linear import PackedReadout, packed_weight, project
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -119,6 +120,21 @@ class LuongDecoder(Decoder):
             return tops, {"hidden": final[0].transpose(0, 1), "cell": final[1].transpose(0, 1)}
         return tops, {"hidden": final.transpose(0, 1)}
 
+    def _rnn_step(self, x: torch.Tensor, state: DecoderState):
+        """One step of the RNN on inputs [B, I] -> (top state [B, H], next state). Outside
+        autograd a one-layer GRU multiplies by its weights packed once (step_linear), as the
+        searches' readout does, where torch.nn.GRU's BLAS packs both again at every step."""
+        rnn, rows = self.rnn, x.size(0)
+        if not torch.is_grad_enabled() and type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias:
+            by_x, by_h = (packed_weight(rnn, f"weight_{w}_l0", rows) for w in ("ih", "hh"))
+            if by_x is not None and by_h is not None:
+                hidden = state["hidden"][:, 0]
+                gates_x, gates_h = by_x(x, rnn.bias_ih_l0), by_h(hidden, rnn.bias_hh_l0)
+                top = gru_update(hidden, gates_x, gates_h)
+                return top, {"hidden": top.unsqueeze(1)}
+        tops, new_state = self._rnn(x.unsqueeze(1), state)
+        return tops.squeeze(1), new_state
+
     def _attend(self, top, memory: Memory, state: DecoderState):
         """top [B, (T,) H] -> dropped-out attentional states h~, weights, attention state."""
         if self.attention is None:
@@ -126,14 +142,14 @@ class LuongDecoder(Decoder):
         context, weights, attention_state = self.attention(
             top, memory.keys, memory.values, memory.mask, state["attention"]
         )
-        attentional = torch.tanh(self.combine(torch.cat([context, top], dim=-1)))
+        attentional = torch.tanh(project(self.combine, torch.cat([context, top], dim=-1)))
         return self.dropout(attentional), weights, attention_state
 
     def step(self, prev_tokens, memory, state):
         embedded = self.dropout(self.embedding(prev_tokens))
         x = torch.cat([embedded, state["feed"]], dim=-1) if self.input_feeding else embedded
-        top, new_state = self._rnn(x.unsqueeze(1), state)
-        attentional, alpha, attention_state = self._attend(top.squeeze(1), memory, state)
+        top, new_state = self._rnn_step(x, state)
+        attentional, alpha, attention_state = self._attend(top, memory, state)
         if self.input_feeding:
             new_state["feed"] = attentional
         if attention_state is not None:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from alignmt.models.encoder import EncoderOutput, RNNEncoder
-from alignmt.models.step_linear import packed_layer
+from alignmt.models.step_linear import project
 
 # Batch-first tensors (and nested dicts of them, e.g. the attention's own state): beam search
 # and dropping finished sentences reorder them by index.
@@ -100,15 +100,13 @@ class Decoder(nn.Module):
 
     def step_readout(self, features: torch.Tensor) -> torch.Tensor:
         """`readout` of one search step's features [B, F]: outside autograd, the last linear
-        layer multiplies by its weight packed once (step_linear.packed_layer) where BLAS would
-        pack the whole vocabulary projection again at every step."""
+        layer multiplies by its weight packed once (step_linear.project) where BLAS would pack
+        the whole vocabulary projection again at every step."""
         split = None if torch.is_grad_enabled() else self.split_readout()
-        if split is not None:
-            inputs, layer = split
-            packed = packed_layer(layer, features.size(0))
-            if packed is not None:
-                return packed(inputs(features), layer.bias)
-        return self.readout(features)
+        if split is None:
+            return self.readout(features)
+        inputs, layer = split
+        return project(layer, inputs(features))
 
     def teacher_forced(
         self, tgt_in: torch.Tensor, memory: Memory, state: DecoderState

@@ -68,24 +68,35 @@ class PackedReadout:
         return self.project(self.hidden(features), self.output.bias)
 
 
-# nn.Linear -> ((the weight's identity, storage and version), its StepLinear)
-_packed_layers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# module -> {weight name: ((the weight's identity, storage and version), its StepLinear)}
+_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
+    """`module`'s float32 weight `name` packed for `rows`-row products outside autograd, packed
+    again only when the weight changes (an optimiser step, a loaded state dict): the searches'
+    per-step products. None where oneDNN would not run it, for one row, where BLAS's
+    matrix-vector product packs nothing, and for a weight made in inference mode, whose
+    in-place changes leave no version to see."""
+    weight = getattr(module, name)
+    if rows < 2 or weight.device.type != "cpu" or weight.is_inference():
+        return None
+    key = (id(weight), weight.data_ptr(), weight._version)
+    per_module = _packed.setdefault(module, {})
+    cached = per_module.get(name)
+    if cached is None or cached[0] != key:
+        cached = per_module[name] = (key, StepLinear(weight.detach(), rows))
+    return cached[1] if cached[1].packed is not None else None
 
 
 def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:
-    """A plain float32 nn.Linear's weight packed for `rows`-row products outside autograd, packed
-    again only when the weight changes (an optimiser step, a loaded state dict): the searches'
-    vocabulary projection at every step. None where oneDNN would not run it, for subclasses
-    (the int8 decoder's layers), for one row, where BLAS's matrix-vector product packs nothing,
-    and for a weight made in inference mode, whose in-place changes leave no version to see."""
-    weight = layer.weight
-    if type(layer) is not nn.Linear or rows < 2 or weight.device.type != "cpu":
-        return None
-    if weight.is_inference():
-        return None
-    key = (id(weight), weight.data_ptr(), weight._version)
-    cached = _packed_layers.get(layer)
-    if cached is None or cached[0] != key:
-        cached = (key, StepLinear(weight.detach(), rows))
-        _packed_layers[layer] = cached
-    return cached[1] if cached[1].packed is not None else None
+    """`packed_weight` of a plain nn.Linear; None for subclasses (the int8 decoder's layers),
+    which multiply their own way."""
+    return packed_weight(layer, "weight", rows) if type(layer) is nn.Linear else None
+
+
+def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """layer(x) for one search step's rows x [B, in]: outside autograd, by the layer's weight
+    packed once (`packed_layer`) where it has one."""
+    packed = None if torch.is_grad_enabled() or x.dim() != 2 else packed_layer(layer, x.size(0))
+    return layer(x) if packed is None else packed(x, layer.bias)

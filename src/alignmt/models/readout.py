@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from alignmt.models.step_linear import project
+
 
 class MaxoutReadout(nn.Module):
     """t~ = U_o s + V_o E y + C_o c (one matmul over the concatenated inputs); t = maxout over
@@ -30,5 +32,5 @@ class MaxoutReadout(nn.Module):
 
     def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
         """t, dropped out: what W_o multiplies."""
-        pre = self.proj(inputs)
+        pre = project(self.proj, inputs)  # packed once outside autograd (search steps)
         return self.dropout(pre.unflatten(-1, (-1, self.pool_size)).amax(dim=-1))

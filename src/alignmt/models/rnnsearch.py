@@ -21,7 +21,7 @@ from alignmt.models.fused_recurrence import (
 from alignmt.models.init import initialise, orthogonal_blocks_
 from alignmt.models.readout import MaxoutReadout
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
-from alignmt.models.step_linear import PackedReadout
+from alignmt.models.step_linear import PackedReadout, project
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -91,8 +91,8 @@ class RNNSearchDecoder(Decoder):
         context, alpha, attention_state = self.attention(
             hidden, memory.keys, memory.values, memory.mask, state["attention"]
         )
-        gates_x = self.embedding_proj(embedded) + self.context_proj(context)
-        new_hidden = gru_update(hidden, gates_x, self.recurrent_proj(hidden))
+        gates_x = project(self.embedding_proj, embedded) + project(self.context_proj, context)
+        new_hidden = gru_update(hidden, gates_x, project(self.recurrent_proj, hidden))
         features = torch.cat([hidden, embedded, context], dim=-1)
         return features, {"hidden": new_hidden, "attention": attention_state}, alpha
 

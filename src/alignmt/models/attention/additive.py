@@ -7,6 +7,7 @@ from torch import nn
 
 from alignmt.models.attention.base import Attention, AttentionState
 from alignmt.models.functional import additive_energies, tanh_
+from alignmt.models.step_linear import project
 
 
 class AdditiveAttention(Attention):
@@ -24,7 +25,7 @@ class AdditiveAttention(Attention):
         return self.key_proj(values)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState) -> torch.Tensor:
-        queries = self.query_proj(query)
+        queries = project(self.query_proj, query)  # packed once outside autograd (search steps)
         if not torch.is_grad_enabled() and not queries.is_cuda:  # decoding: cache-sized blocks
             return additive_energies(queries, keys, self.energy.weight.view(-1))
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]

@@ -129,17 +129,35 @@ def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
     assert step_linear.packed_layer(int8, rows=6) is None
 
 
-@needs_onednn
-def test_a_luong_search_step_with_packed_weights_is_the_models_step():
-    """Outside autograd a one-layer GRU Luong decoder's step multiplies by its GRU and W_c
-    weights packed once: its features and next state are the step's definition (the same
-    model in float64, through torch.nn.GRU) to float32 rounding."""
+def _luong():
     from alignmt.models import Luong
     from alignmt.models.attention import AdditiveAttention
 
-    torch.manual_seed(0)
     model = Luong(30, 25, 12, 16, num_layers=1, rnn_type="gru", bidirectional_encoder=True,
-                  attention=AdditiveAttention).eval()  # fmt: skip
+                  attention=AdditiveAttention)  # fmt: skip
+    rnn = model.decoder.rnn
+    return model, [(rnn, "weight_ih_l0"), (rnn, "weight_hh_l0"), (model.decoder.combine, "weight")]
+
+
+def _rnnsearch():
+    from alignmt.models import RNNSearch
+
+    model = RNNSearch(30, 25, 12, 16, 24, 16)
+    d = model.decoder
+    layers = d.embedding_proj, d.context_proj, d.recurrent_proj, d.attention.query_proj
+    return model, [(layer, "weight") for layer in layers]
+
+
+@needs_onednn
+@pytest.mark.parametrize("make", [_luong, _rnnsearch], ids=["luong", "rnnsearch"])
+def test_a_search_step_with_packed_weights_is_the_models_step(make):
+    """Outside autograd a decoder step multiplies by its weights packed once (a one-layer GRU
+    Luong decoder's GRU and W_c; RNNsearch's gate projections and W_a): its features, next
+    state and attention are the step's definition (the same model in float64, where nothing
+    is packed: torch.nn.GRU and nn.Linear) to float32 rounding."""
+    torch.manual_seed(0)
+    model, packed_weights = make()
+    model.eval()
     exact = copy.deepcopy(model).double()
     src, lengths = torch.randint(4, 30, (5, 7)), torch.tensor([7, 6, 5, 3, 7])
     prev = torch.randint(4, 25, (5,))
@@ -148,9 +166,8 @@ def test_a_luong_search_step_with_packed_weights_is_the_models_step():
         features, next_state, alpha = model.decoder.step(prev, memory, state)
         exact_memory, exact_state = exact.start(src, lengths)
         expected = exact.decoder.step(prev, exact_memory, exact_state)
-    rnn = model.decoder.rnn
-    assert {"weight_ih_l0", "weight_hh_l0"} <= step_linear._packed[rnn].keys()
-    assert step_linear._packed[model.decoder.combine]["weight"][1].packed is not None
+    for module, name in packed_weights:
+        assert step_linear._packed[module][name][1].packed is not None
     torch.testing.assert_close(features.double(), expected[0], **TOL)
     torch.testing.assert_close(next_state["hidden"].double(), expected[1]["hidden"], **TOL)
     torch.testing.assert_close(alpha.double(), expected[2], **TOL)

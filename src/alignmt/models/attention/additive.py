@@ -25,9 +25,11 @@ class AdditiveAttention(Attention):
         return self.key_proj(values)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, state: AttentionState) -> torch.Tensor:
-        queries = project(self.query_proj, query)  # packed once outside autograd (search steps)
-        if not torch.is_grad_enabled() and not queries.is_cuda:  # decoding: cache-sized blocks
+        if not torch.is_grad_enabled() and not query.is_cuda:  # decoding: cache-sized blocks
+            # W_a packed once (step_linear.project), the search's queries as rows
+            queries = project(self.query_proj, query.flatten(0, -2)).view(*query.shape[:-1], -1)
             return additive_energies(queries, keys, self.energy.weight.view(-1))
+        queries = self.query_proj(query)
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
         hidden = tanh_(queries.unsqueeze(2) + keys.unsqueeze(1))
         return self.energy(hidden).squeeze(-1)

@@ -72,7 +72,7 @@ def rollout(
     columns: list[tuple] = []  # per step: rows, tokens, log-probs, features, forced
     for t in range(int(torch.maximum(keep, caps).max()) + 1):
         feature, state, _ = model.decoder.step(prev, memory, state)
-        scores = torch.log_softmax(model.decoder.step_readout(feature).float(), dim=-1)
+        scores = torch.log_softmax(model.decoder.readout(feature).float(), dim=-1)
         drawn = draw(scores, t >= caps[active])
         forced = t < keep[active]
         fed = reference[active, t] if t < reference.size(1) else drawn  # keep <= its length

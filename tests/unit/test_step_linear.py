@@ -92,10 +92,11 @@ def test_recurrences_with_packed_weights_are_as_exact_as_addmm(name, monkeypatch
 
 
 @needs_onednn
-def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
-    """A search step's logits (Decoder.step_readout) are the readout's to float32 rounding,
-    through W_o packed once; an optimiser step or a loaded state dict packs it again; one row,
-    autograd and the int8 decoder's layers take the readout itself."""
+def test_a_search_reads_out_through_the_weight_packed_for_that_search():
+    """Inside a search (`packed_weights`) a step's logits (Decoder.step_readout) are the
+    readout's to float32 rounding, through W_o packed once; the next search packs the weight as
+    it is then, after a fused Adam step too (which leaves no version on the parameters); outside
+    a search, at one row, under autograd and for the int8 decoder's layers nothing is packed."""
     from alignmt.models import RNNSearch
     from alignmt.models.int8 import Int8Linear
 
@@ -104,29 +105,34 @@ def test_search_steps_read_out_through_the_weight_packed_until_it_changes():
     decoder, layer = model.decoder, model.decoder.maxout.output
     features = torch.randn(6, decoder.maxout.proj.in_features)
 
-    def check():
-        with torch.no_grad():
+    def search():
+        with step_linear.packed_weights(), torch.no_grad():
             logits = decoder.step_readout(features)
+            packs = step_linear._searching.get()
+            first = packs[(layer, "weight")]
+            assert first.packed is not None
+            decoder.step_readout(features)
+            assert packs[(layer, "weight")] is first  # packed once per search
             exact = copy.deepcopy(decoder).double().readout(features.double())
         torch.testing.assert_close(logits.double(), exact, **TOL)
-        return step_linear._packed[layer]["weight"][1]
 
-    first = check()
-    assert first.packed is not None and check() is first  # packed once
-    layer.weight.grad = torch.randn_like(layer.weight)
-    torch.optim.SGD([layer.weight], lr=0.5).step()
-    second = check()
-    assert second is not first
-    other = RNNSearch(20, 15, 16, 16, 24, 16)
-    model.load_state_dict(other.state_dict())
-    assert check() not in (first, second)
+    search()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    torch.optim.Adam(model.parameters(), lr=0.5, fused=True).step()
+    search()  # the updated weights, though their versions did not move
+    model.load_state_dict(RNNSearch(20, 15, 16, 16, 24, 16).state_dict())
+    search()
 
-    one_row = features[:1]
     with torch.no_grad():
-        assert torch.equal(decoder.step_readout(one_row), decoder.readout(one_row))
-    assert decoder.step_readout(features).requires_grad  # autograd: the readout itself
-    int8 = Int8Linear(layer.in_features, layer.out_features)
-    assert step_linear.packed_layer(int8, rows=6) is None
+        assert torch.equal(decoder.step_readout(features), decoder.readout(features))  # no search
+        with step_linear.packed_weights():
+            one_row = features[:1]
+            assert torch.equal(decoder.step_readout(one_row), decoder.readout(one_row))
+    with step_linear.packed_weights():
+        assert decoder.step_readout(features).requires_grad  # autograd: the readout itself
+        int8 = Int8Linear(layer.in_features, layer.out_features)
+        assert step_linear.packed_layer(int8, rows=6) is None
 
 
 def _luong():
@@ -161,13 +167,13 @@ def test_a_search_step_with_packed_weights_is_the_models_step(make):
     exact = copy.deepcopy(model).double()
     src, lengths = torch.randint(4, 30, (5, 7)), torch.tensor([7, 6, 5, 3, 7])
     prev = torch.randint(4, 25, (5,))
-    with torch.no_grad():
+    with torch.no_grad(), step_linear.packed_weights():
         memory, state = model.start(src, lengths)
         features, next_state, alpha = model.decoder.step(prev, memory, state)
+        for module, name in packed_weights:
+            assert step_linear._searching.get()[(module, name)].packed is not None
         exact_memory, exact_state = exact.start(src, lengths)
         expected = exact.decoder.step(prev, exact_memory, exact_state)
-    for module, name in packed_weights:
-        assert step_linear._packed[module][name][1].packed is not None
     torch.testing.assert_close(features.double(), expected[0], **TOL)
     torch.testing.assert_close(next_state["hidden"].double(), expected[1]["hidden"], **TOL)
     torch.testing.assert_close(alpha.double(), expected[2], **TOL)

@@ -16,6 +16,7 @@ from alignmt.decoding.hypothesis import (
 )
 from alignmt.decoding.precision import check_precision, model_at
 from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
+from alignmt.models.step_linear import packed_weights
 from alignmt.special_tokens import BOS_ID, EOS_ID, UNK_ID
 
 # GNMT's log(min(coverage, 1)) is -inf for a source word no attention weight reaches (outside
@@ -138,7 +139,8 @@ class BeamSearch:
         if self.coverage_penalty and not model.has_attention:
             raise ValueError("coverage_penalty needs a model with attention")
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
-        return self._search(model_at(self.precision, model), src, src_lengths, banned)
+        with packed_weights():  # the weights are fixed for the search: packed once
+            return self._search(model_at(self.precision, model), src, src_lengths, banned)
 
     def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         beams = _Beams.start(self, model, src, src_lengths)

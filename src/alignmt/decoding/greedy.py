@@ -13,6 +13,7 @@ from alignmt.decoding.hypothesis import (
 )
 from alignmt.decoding.precision import check_precision, model_at
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
+from alignmt.models.step_linear import packed_weights
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -53,7 +54,8 @@ class GreedySearch:
         forbid_unk: bool | None = None,
     ) -> list[list[Hypothesis]]:
         banned = banned_tokens(self.forbid_unk if forbid_unk is None else forbid_unk)
-        return self._search(model_at(self.precision, model), src, src_lengths, banned)
+        with packed_weights():  # the weights are fixed for the search: packed once
+            return self._search(model_at(self.precision, model), src, src_lengths, banned)
 
     def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         B, S = src.shape

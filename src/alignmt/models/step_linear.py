@@ -10,9 +10,10 @@ the same products run as torch.addmm; both compute x W^T + b to float32 rounding
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
-import weakref
 
 import torch
 from torch import nn
@@ -68,25 +69,37 @@ class PackedReadout:
         return self.project(self.hidden(features), self.output.bias)
 
 
-# module -> {weight name: ((the weight's identity, storage and version), its StepLinear)}
-_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# (module, weight name) -> StepLinear, while a search runs (`packed_weights`); None outside
+_searching: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "alignmt_packed_weights", default=None
+)
+
+
+@contextlib.contextmanager
+def packed_weights():
+    """Within it, `packed_weight` packs each weight at its first use and reuses it: for one
+    search, whose weights cannot change under it. The packs go at exit, so the next search sees
+    whatever the weights became (an in-place update need not leave a trace: fused Adam's steps
+    leave no version on the parameters)."""
+    token = _searching.set({})
+    try:
+        yield
+    finally:
+        _searching.reset(token)
 
 
 def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
-    """`module`'s float32 weight `name` packed for `rows`-row products outside autograd, packed
-    again only when the weight changes (an optimiser step, a loaded state dict): the searches'
-    per-step products. None where oneDNN would not run it, for one row, where BLAS's
-    matrix-vector product packs nothing, and for a weight made in inference mode, whose
-    in-place changes leave no version to see."""
+    """`module`'s float32 weight `name` packed for `rows`-row products, once per search
+    (`packed_weights`). None outside a search, where oneDNN would not run it, and for one row,
+    where BLAS's matrix-vector product packs nothing."""
+    packs = _searching.get()
     weight = getattr(module, name)
-    if rows < 2 or weight.device.type != "cpu" or weight.is_inference():
+    if packs is None or rows < 2 or weight.device.type != "cpu":
         return None
-    key = (id(weight), weight.data_ptr(), weight._version)
-    per_module = _packed.setdefault(module, {})
-    cached = per_module.get(name)
-    if cached is None or cached[0] != key:
-        cached = per_module[name] = (key, StepLinear(weight.detach(), rows))
-    return cached[1] if cached[1].packed is not None else None
+    key = (module, name)
+    if key not in packs:
+        packs[key] = StepLinear(weight.detach(), rows)
+    return packs[key] if packs[key].packed is not None else None
 
 
 def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:
@@ -96,7 +109,7 @@ def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:
 
 
 def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """layer(x) for one search step's rows x [B, in]: outside autograd, by the layer's weight
-    packed once (`packed_layer`) where it has one."""
+    """layer(x) for one search step's rows x [B, in]: inside a search (`packed_weights`) and
+    outside autograd, by the layer's weight packed once (`packed_layer`) where it has one."""
     packed = None if torch.is_grad_enabled() or x.dim() != 2 else packed_layer(layer, x.size(0))
     return layer(x) if packed is None else packed(x, layer.bias)

@@ -141,6 +141,23 @@ def test_the_bfloat16_copy_is_made_once_and_again_after_the_weights_change():
     assert [h[0].tokens for h in search(model, src, lengths)] == [h[0].tokens for h in fresh]
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_a_copy_is_made_again_after_a_fused_optimiser_step(precision):
+    """Fused Adam, the default optimiser, updates the weights in place without moving their
+    versions: validation decoding during training must still read the new weights."""
+    model = configured("luong")
+    first = model_at(precision, model)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    torch.optim.Adam(model.parameters(), lr=0.5, fused=True).step()
+    second = model_at(precision, model)
+    assert second is not first
+    # the encoder: bfloat16 in one copy, float32 (not quantized) in the other
+    pairs = zip(second.encoder.parameters(), model.encoder.parameters(), strict=True)
+    assert all(torch.equal(low, p.to(low.dtype)) for low, p in pairs)
+    assert model_at(precision, model) is second
+
+
 def test_the_bfloat16_copy_follows_the_models_mode():
     model = configured("luong")
     assert not model_at("bfloat16", model).training

@@ -19,6 +19,7 @@ import weakref
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.int8 import quantize_decoders_
@@ -27,6 +28,17 @@ PRECISIONS = ("float32", "bfloat16", "int8")
 
 # (model, precision) -> (the versions of its parameters when copied, the copy)
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    """Fused optimisers (Adam's `fused=True`, the default here) update parameters in place
+    without moving their versions: every optimiser step anywhere counts as a change."""
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
 
 
 def check_precision(precision: str) -> None:
@@ -35,10 +47,10 @@ def check_precision(precision: str) -> None:
 
 
 def _versions(model: nn.Module) -> tuple:
-    """Changes whenever a parameter or buffer is updated in place (an optimiser step) or
-    replaced (a loaded state dict)."""
+    """Changes whenever a parameter or buffer is updated in place (an optimiser step, counted
+    apart since fused ones leave no version) or replaced (a loaded state dict)."""
     tensors = [*model.parameters(), *model.buffers()]
-    return tuple((id(t), t._version) for t in tensors)
+    return (_optimizer_steps, *((id(t), t._version) for t in tensors))
 
 
 def model_at(precision: str, model: nn.Module) -> nn.Module:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from alignmt.models import functional
+from alignmt.models import functional, native_energies
 from alignmt.models.attention import AdditiveAttention
 
 
@@ -52,12 +52,20 @@ def test_in_place_tanh_matches_torch_tanh_in_value_and_gradient():
 
 @pytest.mark.parametrize(
     "shape",  # B, T, S, A: several batch rows per block, queries split over blocks, huge rows
-    [(7, 1, 9, 16), (3, 50, 11, 32), (2, 3, 300, 8)],
+    [(7, 1, 9, 16), (3, 50, 11, 32), (2, 3, 300, 8), (5, 5, 13, 37)],
 )
-def test_decoding_energies_in_blocks_equal_the_definition(shape, monkeypatch):
-    """Without gradients the additive energies run block by block; each must still be
-    v . tanh(W_a s + b_a + U_a h_j), computed here in float64 from the definition."""
+@pytest.mark.parametrize("native", [False, True], ids=["blocks", "native"])
+def test_decoding_energies_equal_the_definition(shape, native, monkeypatch):
+    """Without gradients the additive energies run in one native pass (where the library
+    builds) or block by block; each must still be v . tanh(W_a s + b_a + U_a h_j), computed
+    here in float64 from the definition."""
+    if native and native_energies.library() is None:
+        pytest.skip("no C compiler here")
     monkeypatch.setattr(functional, "ENERGY_BLOCK", 512)  # many blocks of every kind
+    calls = []
+    passes = native_energies.query_energies
+    monkeypatch.setattr(native_energies, "usable", lambda keys: native)
+    monkeypatch.setattr(native_energies, "query_energies", lambda *a: calls.append(1) or passes(*a))
     B, T, S, A = shape
     torch.manual_seed(0)
     attention = AdditiveAttention(query_size=6, key_size=5, attention_size=A)
@@ -69,5 +77,6 @@ def test_decoding_energies_in_blocks_equal_the_definition(shape, monkeypatch):
         hidden = torch.tanh(terms.unsqueeze(2) + keys.double().unsqueeze(1))
         expected = hidden @ attention.energy.weight.double().view(-1)
     torch.testing.assert_close(blocked.double(), expected, rtol=1e-5, atol=1e-5)
+    assert bool(calls) == native
     with torch.enable_grad():  # training takes the one-shot path: the same energies
         torch.testing.assert_close(attention.score(query, keys, {}), blocked)

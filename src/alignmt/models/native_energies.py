@@ -36,6 +36,7 @@ def library() -> ctypes.CDLL | None:
     lib.additive_energies.argtypes = [pointer] * 6 + [size] * 4
     lib.additive_energies_backward.argtypes = [pointer] * 11 + [size] * 4
     lib.weights_grad.argtypes = [pointer] * 3 + [size] * 3
+    lib.query_energies.argtypes = [pointer] * 4 + [size] * 4
     return lib
 
 
@@ -49,6 +50,16 @@ def energies(keys, doubled_query, two_v, out, coverage=None, w_cov_t=None) -> to
         *map(_pointer, (keys, doubled_query, two_v, coverage, w_cov_t, out)), B, S, A, n
     )
     return out
+
+
+def query_energies(queries, keys, v) -> torch.Tensor:
+    """v . tanh(q_t + k_s) [B, T, S] for a search step's query terms [B, T, A] and keys
+    [B, S, A], without gradients: 2v . sigmoid(2 (q + k)) in one pass, less sum(v)."""
+    (B, T, A), S = queries.shape, keys.size(1)
+    doubled_queries, keys, two_v = (queries * 2).contiguous(), keys.contiguous(), v * 2
+    out = queries.new_empty(B, T, S)
+    library().query_energies(*map(_pointer, (keys, doubled_queries, two_v, out)), B, T, S, A)
+    return out.sub_(v.sum())
 
 
 def energies_backward(

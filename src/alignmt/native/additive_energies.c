@@ -73,6 +73,25 @@ void additive_energies(const float *keys, const float *q2, const float *two_v,
   }
 }
 
+/* A search step's energies for T queries per batch row (greedy: 1, a beam: its hypotheses),
+ * without coverage: e[b,t,s] = sum_a two_v[a] sigmoid(2 k[b,s,a] + q2[b,t,a]), each key row
+ * read once for its T queries. */
+void query_energies(const float *keys, const float *q2, const float *two_v, float *energy,
+                    int64_t B, int64_t T, int64_t S, int64_t A) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < B * S; ++row) {
+    const int64_t b = row / S, s = row % S;
+    const float *k = keys + row * A;
+    for (int64_t t = 0; t < T; ++t) {
+      const float *q = q2 + (b * T + t) * A;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t a = 0; a < A; ++a) sum += two_v[a] * sigmoid(2.0f * k[a] + q[a]);
+      energy[(b * T + t) * S + s] = sum;
+    }
+  }
+}
+
 void additive_energies_backward(const float *keys, const float *q2, const float *four_v,
                                 const float *cov, const float *w_cov_t,
                                 const float *d_energy, float *d_keys, float *dq,

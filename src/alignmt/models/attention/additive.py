@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from alignmt.models import native_energies
 from alignmt.models.attention.base import Attention, AttentionState
 from alignmt.models.functional import additive_energies, tanh_
 from alignmt.models.step_linear import project
@@ -28,7 +29,10 @@ class AdditiveAttention(Attention):
         if not torch.is_grad_enabled() and not query.is_cuda:  # decoding: cache-sized blocks
             # W_a packed once (step_linear.project), the search's queries as rows
             queries = project(self.query_proj, query.flatten(0, -2)).view(*query.shape[:-1], -1)
-            return additive_energies(queries, keys, self.energy.weight.view(-1))
+            v = self.energy.weight.view(-1)
+            if native_energies.usable(keys) and queries.dtype == torch.float32:
+                return native_energies.query_energies(queries, keys, v)
+            return additive_energies(queries, keys, v)
         queries = self.query_proj(query)
         # [B, T, 1, A] + [B, 1, S, A] -> [B, T, S]
         hidden = tanh_(queries.unsqueeze(2) + keys.unsqueeze(1))

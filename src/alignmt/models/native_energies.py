@@ -54,12 +54,12 @@ def energies(keys, doubled_query, two_v, out, coverage=None, w_cov_t=None) -> to
 
 def query_energies(queries, keys, v) -> torch.Tensor:
     """v . tanh(q_t + k_s) [B, T, S] for a search step's query terms [B, T, A] and keys
-    [B, S, A], without gradients: 2v . sigmoid(2 (q + k)) in one pass, less sum(v)."""
+    [B, S, A], without gradients, in one pass."""
     (B, T, A), S = queries.shape, keys.size(1)
-    doubled_queries, keys, two_v = (queries * 2).contiguous(), keys.contiguous(), v * 2
+    queries, keys, v = queries.contiguous(), keys.contiguous(), v.contiguous()
     out = queries.new_empty(B, T, S)
-    library().query_energies(*map(_pointer, (keys, doubled_queries, two_v, out)), B, T, S, A)
-    return out.sub_(v.sum())
+    library().query_energies(*map(_pointer, (keys, queries, v, out)), B, T, S, A)
+    return out
 
 
 def energies_backward(

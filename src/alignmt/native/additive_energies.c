@@ -74,19 +74,20 @@ void additive_energies(const float *keys, const float *q2, const float *two_v,
 }
 
 /* A search step's energies for T queries per batch row (greedy: 1, a beam: its hypotheses),
- * without coverage: e[b,t,s] = sum_a two_v[a] sigmoid(2 k[b,s,a] + q2[b,t,a]), each key row
- * read once for its T queries. */
-void query_energies(const float *keys, const float *q2, const float *two_v, float *energy,
+ * without coverage: e[b,t,s] = sum_a v[a] tanh(k[b,s,a] + q[b,t,a]), tanh as
+ * 2 sigmoid(2x) - 1, each key row read once for its T queries. */
+void query_energies(const float *keys, const float *queries, const float *v, float *energy,
                     int64_t B, int64_t T, int64_t S, int64_t A) {
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < B * S; ++row) {
     const int64_t b = row / S, s = row % S;
     const float *k = keys + row * A;
     for (int64_t t = 0; t < T; ++t) {
-      const float *q = q2 + (b * T + t) * A;
+      const float *q = queries + (b * T + t) * A;
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t a = 0; a < A; ++a) sum += two_v[a] * sigmoid(2.0f * k[a] + q[a]);
+      for (int64_t a = 0; a < A; ++a)
+        sum += v[a] * (2.0f * sigmoid(2.0f * (k[a] + q[a])) - 1.0f);
       energy[(b * T + t) * S + s] = sum;
     }
   }

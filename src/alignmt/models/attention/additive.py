@@ -30,7 +30,7 @@ class AdditiveAttention(Attention):
             # W_a packed once (step_linear.project), the search's queries as rows
             queries = project(self.query_proj, query.flatten(0, -2)).view(*query.shape[:-1], -1)
             v = self.energy.weight.view(-1)
-            if native_energies.usable(keys) and queries.dtype == torch.float32:
+            if native_energies.usable(keys):
                 return native_energies.query_energies(queries, keys, v)
             return additive_energies(queries, keys, v)
         queries = self.query_proj(query)

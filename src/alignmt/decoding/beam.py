@@ -9,9 +9,9 @@ import torch
 
 from alignmt.decoding.hypothesis import (
     Hypothesis,
+    OutputRules,
     banned_tokens,
     check_lengths,
-    constrain,
     max_output_lengths,
 )
 from alignmt.decoding.precision import check_precision, model_at
@@ -144,11 +144,14 @@ class BeamSearch:
 
     def _search(self, model, src, src_lengths, banned) -> list[list[Hypothesis]]:
         beams = _Beams.start(self, model, src, src_lengths)
+        rules = OutputRules(beams.limits, self.min_length, banned)
         for t in range(int(beams.limits.max()) + 1):
             logits, beams.state, alpha = model.step(beams.prev, beams.memory, beams.state)
-            caps = beams.limits[beams.sentences].repeat_interleave(self.beam_size)
+            caps = None
+            if rules.some_at_cap(t):
+                caps = beams.limits[beams.sentences].repeat_interleave(self.beam_size)
             log_probs = torch.log_softmax(logits.float(), dim=-1)
-            log_probs = constrain(log_probs, t, caps, self.min_length, banned)
+            log_probs = rules.constrain_(log_probs, t, caps)
             beams.attend(alpha)
             top, origins, words, ends = beams.extend(log_probs)
             beams.unk_chosen[beams.sentences] |= ((words == UNK_ID) & top.isfinite()).any(dim=1)

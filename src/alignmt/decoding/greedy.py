@@ -6,9 +6,9 @@ import torch
 
 from alignmt.decoding.hypothesis import (
     Hypothesis,
+    OutputRules,
     banned_tokens,
     check_lengths,
-    constrain,
     max_output_lengths,
 )
 from alignmt.decoding.precision import check_precision, model_at
@@ -65,29 +65,34 @@ class GreedySearch:
             src_lengths, self.max_length_ratio, self.max_length_offset, self.max_length
         ).to(device)
         T = int(limits.max()) + 1  # + [EOS]
+        rules = OutputRules(limits, self.min_length, banned)
         tokens = torch.full((B, T), PAD_ID, dtype=torch.long, device=device)
         attention = torch.zeros(B, T, S, device=device) if model.has_attention else None
         scores = torch.zeros(B, device=device)
-        active = torch.arange(B, device=device)
+        active = None  # the rows still running; None: every row (plain slices, no indexing)
         prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         for t in range(T):
             logits, state, alpha = model.step(prev, memory, state)
-            caps = limits[active]
-            log_probs = constrain(
-                torch.log_softmax(logits.float(), dim=-1), t, caps, self.min_length, banned
-            )
-            best = log_probs.max(dim=-1).indices  # argmax's first maximum, by the faster CPU kernel
-            best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
-            tokens[active, t] = best
-            scores[active] += log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            rows = slice(None) if active is None else active
+            caps = limits[rows] if rules.some_at_cap(t) else None
+            log_probs = rules.constrain_(log_probs, t, caps)
+            # max: argmax's first maximum, by the faster CPU kernel, and its log-probability
+            chosen, best = log_probs.max(dim=-1)
+            if caps is not None:
+                best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
+                chosen = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+            tokens[rows, t] = best
+            scores[rows] += chosen
             if attention is not None:
-                attention[active, t, : alpha.size(1)] = alpha.float()
+                attention[rows, t, : alpha.size(1)] = alpha
             running = best != EOS_ID
             if not bool(running.all()):
                 if not bool(running.any()):
                     break
                 keep = running.nonzero().squeeze(1)
-                active, best = active[keep], best[keep]
+                active = keep if active is None else active[keep]
+                best = best[keep]
                 memory, state = memory.index_select(keep), reorder_state(state, keep)
             prev = best
         return Hypothesis.from_batch(tokens, scores, attention, src_lengths)

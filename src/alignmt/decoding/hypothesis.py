@@ -68,18 +68,38 @@ def banned_tokens(forbid_unk: bool) -> list[int]:
     return [PAD_ID, BOS_ID, UNK_ID] if forbid_unk else [PAD_ID, BOS_ID]
 
 
-def constrain(
-    log_probs: torch.Tensor, step: int, caps: torch.Tensor, min_length: int, banned: list[int]
-) -> torch.Tensor:
-    """Rules out, in place, what output position `step` (0-based) may not hold: the banned ids;
-    [EOS] before `min_length` words; every word but [EOS] once a row reaches its cap `caps` [rows],
-    where [EOS] is allowed even before `min_length`, so the cap always wins."""
-    log_probs[:, banned] = -math.inf
-    at_cap = caps <= step
-    if step < min_length:
-        log_probs[:, EOS_ID].masked_fill_(~at_cap, -math.inf)
-    if bool(at_cap.any()):
-        words = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
-        words[EOS_ID] = False
-        log_probs.masked_fill_(at_cap.unsqueeze(1) & words, -math.inf)
-    return log_probs
+class OutputRules:
+    """What each output position may hold, for one search over sentences with output caps
+    `limits` [B]: never the `banned` ids; [EOS] not before `min_length` words; only [EOS] once a
+    row reaches its cap, where [EOS] is allowed even before `min_length`, so the cap always
+    wins. Made once per search, so that a step before any cap costs one masking pass."""
+
+    def __init__(self, limits: torch.Tensor, min_length: int, banned: list[int]):
+        self.min_length = min_length
+        self.banned = torch.tensor(banned, device=limits.device)
+        self.banned_and_eos = torch.tensor([*banned, EOS_ID], device=limits.device)
+        self.first_cap = int(limits.min()) if limits.numel() else 0
+
+    def some_at_cap(self, step: int) -> bool:
+        """Whether some row may have reached its cap at output position `step` (0-based);
+        only then does `constrain_` need the rows' caps."""
+        return step >= self.first_cap
+
+    def constrain_(
+        self, log_probs: torch.Tensor, step: int, caps: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Rules out, in place, what output position `step` may not hold in rows whose caps are
+        `caps` [rows] (None where `some_at_cap(step)` is false)."""
+        early = step < self.min_length
+        if caps is None:
+            ruled_out = self.banned_and_eos if early else self.banned
+            return log_probs.index_fill_(1, ruled_out, -math.inf)
+        log_probs.index_fill_(1, self.banned, -math.inf)
+        at_cap = caps <= step
+        if early:
+            log_probs[:, EOS_ID].masked_fill_(~at_cap, -math.inf)
+        if bool(at_cap.any()):
+            words = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
+            words[EOS_ID] = False
+            log_probs.masked_fill_(at_cap.unsqueeze(1) & words, -math.inf)
+        return log_probs

@@ -21,7 +21,7 @@ from alignmt.models.fused_recurrence import (
 )
 from alignmt.models.init import initialise
 from alignmt.models.seq2seq import Decoder, DecoderState, Memory, Seq2Seq
-from alignmt.models.step_linear import PackedReadout, packed_weight, project
+from alignmt.models.step_linear import PackedReadout, gru_gates, project
 from alignmt.sampling import MixedFeed
 from alignmt.special_tokens import PAD_ID
 
@@ -122,16 +122,14 @@ class LuongDecoder(Decoder):
 
     def _rnn_step(self, x: torch.Tensor, state: DecoderState):
         """One step of the RNN on inputs [B, I] -> (top state [B, H], next state). Outside
-        autograd a one-layer GRU multiplies by its weights packed once (step_linear), as the
-        searches' readout does, where torch.nn.GRU's BLAS packs both again at every step."""
-        rnn, rows = self.rnn, x.size(0)
-        if not torch.is_grad_enabled() and type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias:
-            by_x, by_h = (packed_weight(rnn, f"weight_{w}_l0", rows) for w in ("ih", "hh"))
-            if by_x is not None and by_h is not None:
-                hidden = state["hidden"][:, 0]
-                gates_x, gates_h = by_x(x, rnn.bias_ih_l0), by_h(hidden, rnn.bias_hh_l0)
-                top = gru_update(hidden, gates_x, gates_h)
-                return top, {"hidden": top.unsqueeze(1)}
+        autograd a one-layer GRU steps by its two products (step_linear.gru_gates: weights
+        packed once per search, int8 in the int8 decoder), where torch.nn.GRU's own call for
+        one step costs more than the products."""
+        gates = gru_gates(self.rnn, x.size(0))
+        if gates is not None:
+            hidden = state["hidden"][:, 0]
+            top = gru_update(hidden, *gates(x, hidden))
+            return top, {"hidden": top.unsqueeze(1)}
         tops, new_state = self._rnn(x.unsqueeze(1), state)
         return tops.squeeze(1), new_state
 
@@ -160,7 +158,7 @@ class LuongDecoder(Decoder):
         return self.output(features)
 
     def split_readout(self):
-        return nn.Identity(), self.output
+        return (lambda features: features), self.output
 
     def teacher_forced(self, tgt_in, memory, state):
         if self.input_feeding:  # each step's input waits for the previous h~

@@ -16,6 +16,7 @@ import functools
 import os
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -113,3 +114,27 @@ def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     outside autograd, by the layer's weight packed once (`packed_layer`) where it has one."""
     packed = None if torch.is_grad_enabled() or x.dim() != 2 else packed_layer(layer, x.size(0))
     return layer(x) if packed is None else packed(x, layer.bias)
+
+
+def gru_gates(rnn: nn.Module, rows: int):
+    """For one search step of a one-layer, one-way GRU outside autograd: a function (x, h) ->
+    (W_ih x + b_ih, W_hh h + b_hh), the pre-activations functional.gru_update takes; None for
+    other layers (stacked, two-way, LSTMs) and off CPU. The int8 decoder's GRU brings its own
+    (a `gates` method); torch.nn.GRU's weights multiply packed once per search (`packed_weight`),
+    or at one row by BLAS's matrix-vector product: torch's GRU call for one step costs about
+    twice its two products there."""
+    if torch.is_grad_enabled():
+        return None
+    own = getattr(rnn, "gates", None)
+    if own is not None:
+        return own
+    gru = type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias and not rnn.bidirectional
+    if not gru or rnn.weight_ih_l0.device.type != "cpu":
+        return None
+    w_x, b_x, w_h, b_h = rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0
+    if rows == 1:
+        return lambda x, h: (F.linear(x, w_x, b_x), F.linear(h, w_h, b_h))
+    by_x, by_h = packed_weight(rnn, "weight_ih_l0", rows), packed_weight(rnn, "weight_hh_l0", rows)
+    if by_x is None or by_h is None:
+        return None
+    return lambda x, h: (by_x(x, b_x), by_h(h, b_h))

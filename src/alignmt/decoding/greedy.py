@@ -69,30 +69,43 @@ class GreedySearch:
         tokens = torch.full((B, T), PAD_ID, dtype=torch.long, device=device)
         attention = torch.zeros(B, T, S, device=device) if model.has_attention else None
         scores = torch.zeros(B, device=device)
-        active = None  # the rows still running; None: every row (plain slices, no indexing)
+        active = None  # the rows still running; None: every row (no indexing)
+        every_row = []  # each step's words and attention while every row runs, written at the end
         prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         for t in range(T):
             logits, state, alpha = model.step(prev, memory, state)
             log_probs = torch.log_softmax(logits.float(), dim=-1)
-            rows = slice(None) if active is None else active
-            caps = limits[rows] if rules.some_at_cap(t) else None
+            caps = None
+            if rules.some_at_cap(t):
+                caps = limits if active is None else limits[active]
             log_probs = rules.constrain_(log_probs, t, caps)
             # max: argmax's first maximum, by the faster CPU kernel, and its log-probability
             chosen, best = log_probs.max(dim=-1)
             if caps is not None:
                 best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
                 chosen = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
-            tokens[rows, t] = best
-            scores[rows] += chosen
-            if attention is not None:
-                attention[rows, t, : alpha.size(1)] = alpha
-            running = best != EOS_ID
-            if not bool(running.all()):
-                if not bool(running.any()):
-                    break
-                keep = running.nonzero().squeeze(1)
-                active = keep if active is None else active[keep]
-                best = best[keep]
-                memory, state = memory.index_select(keep), reorder_state(state, keep)
+            if active is None:
+                scores += chosen
+                every_row.append((best, alpha))
+            else:
+                tokens[active, t] = best
+                scores[active] += chosen
+                if attention is not None:
+                    attention[active, t, : alpha.size(1)] = alpha.float()
+            if caps is not None or t >= self.min_length:  # else [EOS] was ruled out
+                running = best != EOS_ID
+                if not bool(running.all()):
+                    if not bool(running.any()):
+                        break
+                    keep = running.nonzero().squeeze(1)
+                    active = keep if active is None else active[keep]
+                    best = best[keep]
+                    memory, state = memory.index_select(keep), reorder_state(state, keep)
             prev = best
+        if every_row:
+            words, alphas = zip(*every_row, strict=True)
+            tokens[:, : len(words)] = torch.stack(words, dim=1)
+            if attention is not None:
+                alphas = torch.stack(alphas, dim=1)
+                attention[:, : len(words), : alphas.size(2)] = alphas
         return Hypothesis.from_batch(tokens, scores, attention, src_lengths)

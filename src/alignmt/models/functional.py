@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from alignmt.models import native_gru
+
 
 def _sigmoid_tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh(x) = 2 sigmoid(2x) - 1, in place."""
@@ -45,7 +47,14 @@ def gru_update(hidden: torch.Tensor, gates_x: torch.Tensor, gates_h: torch.Tenso
 
     `gates_x` holds what does not pass through the reset gate (the input's part), `gates_h`
     what does (the recurrent part, U h + b, plus any term the candidate resets with it).
+    Outside autograd, for states [B, H] in float32 on CPU, one native pass (native_gru), as
+    the training recurrences run it: a search step's ten small PyTorch ops cost more there.
     """
+    native = hidden.dim() == 2 and not torch.is_grad_enabled()
+    if native and native_gru.usable(gates_x, gates_h, hidden):
+        (B, H), empty = hidden.shape, hidden.new_empty
+        gates, gh_n = empty(B, 3 * H), empty(B, H)  # kept for a backward pass: none here
+        return native_gru.update(gates_x, gates_h, hidden, gates, gh_n, empty(B, H))
     size = hidden.size(-1)
     r, z = torch.sigmoid(gates_x[..., : 2 * size] + gates_h[..., : 2 * size]).chunk(2, dim=-1)
     n = torch.tanh(gates_x[..., 2 * size :] + r * gates_h[..., 2 * size :])

@@ -65,3 +65,29 @@ def test_greedy_breaks_ties_at_the_lowest_word_id_as_argmax_does():
     src, src_lengths = torch.tensor([[9, 8, EOS_ID]]), torch.tensor([3])
     got = GreedySearch(max_length=4)(model, src, src_lengths)[0][0]
     assert got.tokens == [5, 5, 5, 5]
+
+
+@pytest.mark.parametrize("name", ["luong", "rnnsearch"])
+@torch.inference_mode()
+def test_scores_and_attention_are_the_models_along_each_output(name):
+    """Teacher forcing each output through the model gives back its attention row by row and
+    its score, the sum of the log-probabilities of its words and [EOS]: for sentences that stop
+    at different steps, so that rows written while every row runs and after some have left
+    the batch are both checked."""
+    torch.manual_seed(3)
+    model = MODELS[name]().eval()
+    for p in model.parameters():
+        p.data *= 3
+    src_lengths = torch.tensor([7, 2, 5, 9, 3, 6])
+    src = torch.randint(4, 40, (6, 9))
+    src[torch.arange(9) >= src_lengths[:, None]] = 0
+    src[torch.arange(6), src_lengths - 1] = EOS_ID
+    decoded = GreedySearch(max_length_ratio=1.5, max_length_offset=2)(model, src, src_lengths)
+    assert len({len(nbest[0].tokens) for nbest in decoded}) > 1
+    for b, [h] in enumerate(decoded):
+        n = int(src_lengths[b])
+        words = torch.tensor([*h.tokens, EOS_ID])
+        out = model(src[b : b + 1, :n], src_lengths[b : b + 1], torch.tensor([[BOS_ID, *h.tokens]]))
+        log_probs = torch.log_softmax(out.logits[0].float(), dim=-1)
+        assert h.score == pytest.approx(float(log_probs.gather(1, words[:, None]).sum()), abs=1e-4)
+        torch.testing.assert_close(h.attention, out.attention[0, :, :n], rtol=1e-4, atol=1e-5)

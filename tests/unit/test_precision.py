@@ -12,7 +12,8 @@ from alignmt.models import Luong, RNNSearch
 from alignmt.models.attention import AdditiveAttention
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.ensemble import Ensemble
-from alignmt.models.int8 import Int8Linear, int8_recurrent
+from alignmt.models.functional import gru_update
+from alignmt.models.int8 import Int8GRU, Int8Linear, int8_recurrent
 from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
@@ -253,3 +254,35 @@ def test_the_int8_decoder_step_is_the_float_step_to_within_rounding(family, over
     for exact, rounded in zip(*results, strict=True):
         error = (rounded - exact).abs().max()
         assert 0 < error < 0.05 * exact.abs().max()
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_the_int8_gru_is_the_gru_to_within_rounding_and_its_steps_are_its_sequence(batch_first):
+    """A search steps the int8 decoder's GRU by its `gates` and gru_update; over a sequence it
+    gives exactly those steps, and both are torch.nn.GRU to within int8 rounding."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(24, 32, batch_first=batch_first)
+    x, h0 = torch.randn(5, 7, 24), torch.randn(1, 5, 32)
+    inputs = x if batch_first else x.transpose(0, 1)
+    low = Int8GRU(gru)
+    with torch.inference_mode():
+        exact, _ = gru(inputs, h0)
+        outputs, last = low(inputs, h0)
+        state, steps = h0[0], []
+        for t in range(x.size(1)):
+            state = gru_update(state, *low.gates(x[:, t], state))
+            steps.append(state)
+    steps = torch.stack(steps, 1 if batch_first else 0)
+    assert torch.equal(outputs, steps) and torch.equal(last[0], state)
+    error = (outputs - exact).abs().max()
+    assert 0 < error < 0.05 * exact.abs().max()
+    torch.testing.assert_close(
+        last, outputs[:, -1:].transpose(0, 1) if batch_first else outputs[-1:]
+    )
+
+
+def test_a_one_layer_gru_decoder_gets_the_int8_gru_and_a_stacked_one_torchs():
+    gru = ["model.rnn_type=gru", "model.bidirectional_encoder=true"]
+    one, two = configured("luong", *gru), configured("luong", *gru, "model.num_layers=2")
+    assert isinstance(model_at("int8", one).decoder.rnn, Int8GRU)
+    assert not isinstance(model_at("int8", two).decoder.rnn, Int8GRU)

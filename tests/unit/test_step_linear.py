@@ -177,3 +177,28 @@ def test_a_search_step_with_packed_weights_is_the_models_step(make):
     torch.testing.assert_close(features.double(), expected[0], **TOL)
     torch.testing.assert_close(next_state["hidden"].double(), expected[1]["hidden"], **TOL)
     torch.testing.assert_close(alpha.double(), expected[2], **TOL)
+
+
+def test_at_one_row_the_luong_gru_steps_by_its_two_products_as_torchs_gru_does():
+    """At one row nothing is packed, but outside autograd the GRU still steps by its two
+    products and the GRU update (gru_gates): the step is the definition's, torch.nn.GRU's own
+    call on the same model in float64 (under autograd, where gru_gates steps aside), to float32
+    rounding."""
+    torch.manual_seed(0)
+    model, _ = _luong()
+    model.eval()
+    exact = copy.deepcopy(model).double()
+    src, lengths, prev = torch.randint(4, 30, (1, 7)), torch.tensor([7]), torch.tensor([5])
+    with torch.no_grad(), step_linear.packed_weights():
+        assert step_linear.gru_gates(model.decoder.rnn, rows=1) is not None
+        memory, state = model.start(src, lengths)
+        for _ in range(3):
+            features, state, alpha = model.decoder.step(prev, memory, state)
+    assert step_linear.gru_gates(exact.decoder.rnn, rows=1) is None  # autograd: torch's GRU
+    exact_memory, exact_state = exact.start(src, lengths)
+    for _ in range(3):
+        expected = exact.decoder.step(prev, exact_memory, exact_state)
+        exact_state = expected[1]
+    torch.testing.assert_close(features.double(), expected[0].detach(), **TOL)
+    torch.testing.assert_close(state["hidden"].double(), exact_state["hidden"].detach(), **TOL)
+    torch.testing.assert_close(alpha.double(), expected[2].detach(), **TOL)

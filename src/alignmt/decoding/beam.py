@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -153,13 +154,16 @@ class BeamSearch:
             log_probs = torch.log_softmax(logits.float(), dim=-1)
             log_probs = rules.constrain_(log_probs, t, caps)
             beams.attend(alpha)
-            top, origins, words, ends = beams.extend(log_probs)
-            beams.unk_chosen[beams.sentences] |= ((words == UNK_ID) & top.isfinite()).any(dim=1)
-            self._finish(beams, t, ends, top)
+            top, origins, words, ends = beams.extend(log_probs, rules.may_end(t, caps))
+            if UNK_ID not in banned:  # (where it is, it is never among the finite extensions)
+                beams.extensions.append((beams.sentences, words, top))
+            if ends is not None:  # else no prefix could end at this step
+                self._finish(beams, t, ends, top)
             running = self._running(beams, top)
-            if not bool(running.any()):
+            stopped = int(running.numel() - running.sum())
+            if stopped == running.numel():
                 break
-            beams.advance(running, top, words, origins)
+            beams.advance(running, stopped, top, words, origins)
         return beams.nbest_lists()
 
     def _finish(self, beams: _Beams, t: int, ends: torch.Tensor, top: torch.Tensor) -> None:
@@ -173,6 +177,7 @@ class BeamSearch:
         beams.n_finished[sentences] += admit.sum(dim=1)
         if not bool(admit.any()):
             return
+        beams.finished_any = True
         n = sentences.numel()
         score = self.ranking_score(
             ends.view(-1),
@@ -195,6 +200,8 @@ class BeamSearch:
     def _running(self, beams: _Beams, top: torch.Tensor) -> torch.Tensor:
         """Which active sentences go on, given their live prefixes' log P `top` [n, K]."""
         sentences = beams.sentences
+        if not beams.finished_any:  # as below, with nothing kept and nothing finished
+            return top[:, 0].isfinite()
         if self.stopping == "exact":  # no live prefix can still beat the worst kept
             return top[:, 0].double() / beams.longest_lp[sentences] > beams.kept[sentences, -1]
         return (beams.n_finished[sentences] < self.beam_size) & top[:, 0].isfinite()
@@ -226,8 +233,10 @@ class _Beams:
     kept_step: torch.Tensor
     kept_row: torch.Tensor
     n_finished: torch.Tensor
-    unk_chosen: torch.Tensor  # [B] whether [UNK] was ever among the K best extensions
+    finished_any: bool  # whether any hypothesis was kept (n_finished and kept are not all 0, -inf)
     alphas: list[torch.Tensor] = field(default_factory=list)
+    # each step's active sentences and their K best extensions' words and log P [n, K]
+    extensions: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     words_at: list[torch.Tensor] = field(default_factory=list)
     parents_at: list[torch.Tensor] = field(default_factory=list)
 
@@ -259,7 +268,7 @@ class _Beams:
             kept_step=torch.zeros(B, N, dtype=torch.long, device=device),
             kept_row=torch.zeros(B, N, dtype=torch.long, device=device),
             n_finished=torch.zeros(B, dtype=torch.long, device=device),
-            unk_chosen=torch.zeros(B, dtype=torch.bool, device=device),
+            finished_any=False,
         )
 
     def attend(self, alpha: torch.Tensor | None) -> None:
@@ -272,27 +281,32 @@ class _Beams:
         if self.coverage is not None:
             self.coverage = self.coverage + alpha
 
-    def extend(self, log_probs: torch.Tensor):
+    def extend(self, log_probs: torch.Tensor, may_end: bool = True):
         """Every live prefix extended by every word: the K most probable extensions other than
         [EOS] of each sentence (log P [n, K], the rows they extend and their words, [n, K]),
-        and every live prefix's [EOS] extension [n, K]."""
-        n, K, V = self.sentences.numel(), self.K, log_probs.size(1)
-        extended = log_probs.add_(self.scores.view(-1, 1))  # [n * K, V], in place
-        ends = extended[:, EOS_ID].clone()
-        extended[:, EOS_ID] = -math.inf
-        top, top_ids = extended.view(n, K * V).topk(K, dim=1)
-        origins = (torch.arange(n, device=log_probs.device) * K).unsqueeze(1) + top_ids // V
-        return top, origins, top_ids % V, ends.view(n, K)
+        and every live prefix's [EOS] extension [n, K]; None where `may_end` is false, as
+        [EOS] was ruled out in every row. A prefix's score adds the same to each of its
+        extensions, so the sentence's K best are among its prefixes' K best words each: two
+        small selections instead of one over K * V extensions per sentence."""
+        n, K, rows = self.sentences.numel(), self.K, self.scores.view(-1, 1)  # [n * K, 1]
+        ends = None
+        if may_end:
+            ends = (log_probs[:, EOS_ID : EOS_ID + 1] + rows).view(n, K)
+            log_probs[:, EOS_ID] = -math.inf
+        k = min(K, log_probs.size(1))
+        best, best_words = log_probs.topk(k, dim=1)  # [n * K, k]
+        top, at = (best + rows).view(n, K * k).topk(K, dim=1)
+        origins = (torch.arange(n, device=log_probs.device) * K).unsqueeze(1) + at // k
+        return top, origins, best_words.view(n, K * k).gather(1, at), ends
 
-    def advance(self, running, top, words, origins) -> None:
+    def advance(self, running, stopped: int, top, words, origins) -> None:
         """The next step's live prefixes: those of the running sentences. A stopped
         sentence's prefixes die, so it finishes nothing more; its rows leave the batch at
         once where the memory is one row per sentence, else once stopped sentences are a
         quarter of it, since copying K rows of memory per sentence costs about as much as a
-        step."""
+        step. `stopped` counts the sentences `running` [n] stops."""
         n, K = self.sentences.numel(), self.K
-        self.scores = top.where(running.unsqueeze(1), -math.inf)
-        stopped = int((~running).sum())
+        self.scores = top.where(running.unsqueeze(1), -math.inf) if stopped else top
         if stopped and (self.shared_memory or 4 * stopped >= n):
             keep = running.nonzero().squeeze(1)
             self.sentences, self.scores = self.sentences[keep], self.scores[keep]
@@ -306,6 +320,17 @@ class _Beams:
         self.parents_at.append(index)
         if self.coverage is not None:
             self.coverage = self.coverage[index]
+
+    def unk_chosen(self) -> torch.Tensor:
+        """[B] whether [UNK] was ever among a sentence's K best extensions with a finite log P,
+        from the extensions of every step, a run of steps with the same sentences at once."""
+        chosen = torch.zeros(len(self.src_lengths), dtype=torch.bool, device=self.kept.device)
+        runs = itertools.groupby(self.extensions, key=lambda step: id(step[0]))
+        for _, run in runs:
+            sentences, words, top = zip(*run, strict=True)
+            unk = (torch.stack(words) == UNK_ID) & torch.stack(top).isfinite()  # [steps, n, K]
+            chosen[sentences[0]] |= unk.any(dim=2).any(dim=0)
+        return chosen
 
     def nbest_lists(self) -> list[list[Hypothesis]]:
         """The kept hypotheses, read back from the history: from the row whose [EOS] extension
@@ -328,7 +353,7 @@ class _Beams:
         out: list[list[Hypothesis]] = [[] for _ in range(len(kept))]
         tokens, attention = tokens.cpu(), None if attention is None else attention.cpu()
         lengths, scores = self.src_lengths.tolist(), kept[sentence, rank].tolist()
-        same_without_unk = (~self.unk_chosen).tolist()
+        same_without_unk = (~self.unk_chosen()).tolist()
         for h, (b, t) in enumerate(zip(sentence.tolist(), steps.tolist(), strict=True)):
             alpha = None if attention is None else attention[h, : t + 1, : lengths[b]]
             hypothesis = Hypothesis(tokens[h, :t].tolist(), scores[h], alpha, same_without_unk[b])

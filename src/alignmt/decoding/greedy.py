@@ -92,7 +92,7 @@ class GreedySearch:
                 scores[active] += chosen
                 if attention is not None:
                     attention[active, t, : alpha.size(1)] = alpha.float()
-            if caps is not None or t >= self.min_length:  # else [EOS] was ruled out
+            if rules.may_end(t, caps):
                 running = best != EOS_ID
                 if not bool(running.all()):
                     if not bool(running.any()):

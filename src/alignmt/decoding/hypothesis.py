@@ -85,6 +85,11 @@ class OutputRules:
         only then does `constrain_` need the rows' caps."""
         return step >= self.first_cap
 
+    def may_end(self, step: int, caps: torch.Tensor | None) -> bool:
+        """Whether some row may choose [EOS] at `step` after `constrain_(..., step, caps)`: not
+        before `min_length` while no row is at its cap."""
+        return caps is not None or step >= self.min_length
+
     def constrain_(
         self, log_probs: torch.Tensor, step: int, caps: torch.Tensor | None
     ) -> torch.Tensor:

@@ -18,6 +18,9 @@ from alignmt.models.functional import gru_update
 from alignmt.models.seq2seq import Decoder
 
 RECURRENT = (nn.GRU, nn.LSTM)
+# The quantized product's C++ operator itself: the Python op object in front of it looks
+# through the arguments for traced stand-ins of the packed weights at every call.
+_linear_dynamic = torch.ops.quantized.linear_dynamic.default._op
 
 
 class Int8Linear(nn.Linear):
@@ -44,7 +47,7 @@ class Int8Linear(nn.Linear):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         # reduce_range: 7-bit activations, as torch's module multiplies (no overflow in fbgemm)
-        return torch.ops.quantized.linear_dynamic(inputs, self.packed, reduce_range=True)
+        return _linear_dynamic(inputs, self.packed, reduce_range=True)
 
 
 class Int8GRU(nn.Module):

@@ -141,10 +141,14 @@ class LuongDecoder(Decoder):
             top, memory.keys, memory.values, memory.mask, state["attention"]
         )
         attentional = torch.tanh(project(self.combine, torch.cat([context, top], dim=-1)))
-        return self.dropout(attentional), weights, attention_state
+        if self.training:
+            attentional = self.dropout(attentional)
+        return attentional, weights, attention_state
 
     def step(self, prev_tokens, memory, state):
-        embedded = self.dropout(self.embedding(prev_tokens))
+        embedded = self.embedding(prev_tokens)
+        if self.training:  # dropout is the identity otherwise: no module call per search step
+            embedded = self.dropout(embedded)
         x = torch.cat([embedded, state["feed"]], dim=-1) if self.input_feeding else embedded
         top, new_state = self._rnn_step(x, state)
         attentional, alpha, attention_state = self._attend(top, memory, state)

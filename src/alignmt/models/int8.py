@@ -16,6 +16,7 @@ from torch import nn
 
 from alignmt.models.functional import gru_update
 from alignmt.models.seq2seq import Decoder
+from alignmt.models.step_linear import is_one_layer_gru
 
 RECURRENT = (nn.GRU, nn.LSTM)
 # The quantized product's C++ operator itself: the Python op object in front of it looks
@@ -31,7 +32,7 @@ class Int8Linear(nn.Linear):
     product."""
 
     @classmethod
-    def of(cls, linear: nn.Linear, qconfig=None) -> Int8Linear:
+    def of(cls, linear: nn.Linear) -> Int8Linear:
         from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
         from torch.ao.quantization import per_channel_dynamic_qconfig
 
@@ -40,7 +41,7 @@ class Int8Linear(nn.Linear):
         layer.weight, layer.bias = linear.weight, linear.bias
         float_layer = nn.Linear(linear.in_features, linear.out_features, bias=has_bias)
         float_layer.load_state_dict(linear.state_dict())
-        float_layer.qconfig = qconfig or per_channel_dynamic_qconfig
+        float_layer.qconfig = per_channel_dynamic_qconfig
         with _quiet():
             layer.packed = DynamicLinear.from_float(float_layer)._packed_params._packed_params
         return layer
@@ -61,10 +62,6 @@ class Int8GRU(nn.Module):
         self.batch_first, self.hidden_size = gru.batch_first, gru.hidden_size
         self.by_input = Int8Linear.of(_linear(gru.weight_ih_l0, gru.bias_ih_l0))
         self.by_hidden = Int8Linear.of(_linear(gru.weight_hh_l0, gru.bias_hh_l0))
-
-    @staticmethod
-    def applies_to(rnn: nn.Module) -> bool:
-        return type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias and not rnn.bidirectional
 
     def gates(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-activations functional.gru_update takes, for inputs x [B, I], states [B, H]."""
@@ -119,7 +116,7 @@ def quantize_decoders_(model: nn.Module) -> int:
             for name, child in list(parent.named_children()):
                 if type(child) is nn.Linear and min(child.in_features, child.out_features) > 1:
                     setattr(parent, name, Int8Linear.of(child))
-                elif Int8GRU.applies_to(child):
+                elif is_one_layer_gru(child):
                     setattr(parent, name, Int8GRU(child))
                 elif type(child) in RECURRENT:
                     setattr(parent, name, int8_recurrent(child))

@@ -116,6 +116,12 @@ def project(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return layer(x) if packed is None else packed(x, layer.bias)
 
 
+def is_one_layer_gru(rnn: nn.Module) -> bool:
+    """A torch.nn.GRU of one layer, one way, with biases: one step is two products and the
+    GRU update (functional.gru_update)."""
+    return type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias and not rnn.bidirectional
+
+
 def gru_gates(rnn: nn.Module, rows: int):
     """For one search step of a one-layer, one-way GRU outside autograd: a function (x, h) ->
     (W_ih x + b_ih, W_hh h + b_hh), the pre-activations functional.gru_update takes; None for
@@ -128,8 +134,7 @@ def gru_gates(rnn: nn.Module, rows: int):
     own = getattr(rnn, "gates", None)
     if own is not None:
         return own
-    gru = type(rnn) is nn.GRU and rnn.num_layers == 1 and rnn.bias and not rnn.bidirectional
-    if not gru or rnn.weight_ih_l0.device.type != "cpu":
+    if not is_one_layer_gru(rnn) or rnn.weight_ih_l0.device.type != "cpu":
         return None
     w_x, b_x, w_h, b_h = rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0
     if rows == 1:

@@ -3,6 +3,7 @@
     bash benchmarks/peers/setup_peers.sh                      # once: the peers' virtualenvs
     python benchmarks/compare.py WORKLOAD_DIR SCRATCH_DIR [--repeats 3] [--no-peers]
         [--models alignmt-luong alignmt-rnnsearch] [--sections speed extensions trained]
+        [--resume-trained]
 
 WORKLOAD_DIR is what ../shared/bench/make_workload.py writes (made there if missing). Every run
 is a fresh process with `--threads` threads; systems run in an order rotated every repeat, so
@@ -23,6 +24,9 @@ none always runs first. Sections (each can be left out):
   greedy decoding of dev, scored here with sacrebleu) reaches `--bleu-target`, then decodes the
   test set at its natural lengths (at most `--length` tokens), each search and batch size, for
   every repeat, with test BLEU (so the bf16 and int8 columns show what each precision costs).
+  Each round's dev BLEU is recorded as it comes; the peers take hours to reach the target on 2
+  cores, so an invocation killed on the way is picked up with `--resume-trained` (the same
+  command and SCRATCH_DIR), from its last recorded round.
 
 Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
 their median reported beside the medians of the figures. Every figure goes to
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -217,9 +222,19 @@ def extensions_section(args, log: Log) -> None:
 
 
 def train_to_target(system, args, log: Log) -> dict:
-    """Rounds of `round_steps` until dev BLEU reaches the target (or `max_rounds`)."""
-    scratch, checkpoint, steps = args.scratch / "trained" / system.name, None, 0
-    for _ in range(args.max_rounds):
+    """Rounds of `round_steps` until dev BLEU reaches the target, at most `max_rounds` rounds
+    in all. Each round's checkpoint is moved to SCRATCH/trained/NAME/NAME-round-STEPS.ckpt (out
+    of the folders a next round may replace; the round before it deleted) and recorded as a
+    "round", so `--resume-trained` goes on from the last round a killed invocation recorded."""
+    scratch = args.scratch / "trained" / system.name
+    scratch.mkdir(parents=True, exist_ok=True)
+    last = last_round(args.scratch / "runs.jsonl", system.name) if args.resume_trained else None
+    checkpoint, steps, dev_bleu = None, 0, None
+    if last is not None:
+        checkpoint, steps, dev_bleu = Path(last["checkpoint"]), last["steps"], last["dev_bleu"]
+    while (dev_bleu is None or dev_bleu < args.bleu_target) and (
+        steps < args.max_rounds * args.round_steps
+    ):
         steps += args.round_steps
         trained = system.train(
             args.workload,
@@ -230,15 +245,32 @@ def train_to_target(system, args, log: Log) -> dict:
             resume=checkpoint,
             timed=False,
         )
-        checkpoint = trained["checkpoint"]
+        kept = scratch / f"{system.name}-round-{steps}.ckpt"
+        shutil.move(trained["checkpoint"], kept)
         dev = Decoding("greedy", 64, 0, args.length, "dev")
-        decoded = system.decode(args.workload, scratch, checkpoint, dev)
+        decoded = system.decode(args.workload, scratch, kept, dev)
         dev_bleu = bleu(Path(decoded["output"]), args.workload / "dev.trg")
-        if dev_bleu >= args.bleu_target:
-            break
-    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": checkpoint}
+        log.add("trained", system.name, 0, "round", {"steps": steps, "dev_bleu": dev_bleu,
+                                                     "checkpoint": str(kept)})  # fmt: skip
+        if checkpoint is not None and checkpoint != kept:
+            checkpoint.unlink(missing_ok=True)
+        checkpoint = kept
+    if checkpoint is None:
+        raise ValueError(f"no training round: --max-rounds {args.max_rounds}")
+    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint)}
     result["reached"] = dev_bleu >= args.bleu_target
     return log.add("trained", system.name, 0, "model", result)
+
+
+def last_round(runs: Path, system: str) -> dict | None:
+    """The last "round" of `system`'s training that runs.jsonl recorded, if its checkpoint is
+    still there."""
+    if not runs.is_file():
+        return None
+    rounds = [json.loads(line) for line in runs.read_text().splitlines() if line.strip()]
+    rounds = [r for r in rounds if r["section"] == "trained" and r["system"] == system]
+    rounds = [r for r in rounds if r["key"] == "round" and Path(r["checkpoint"]).is_file()]
+    return rounds[-1] if rounds else None
 
 
 def trained_section(systems: dict, args, log: Log) -> None:
@@ -386,6 +418,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bleu-target", type=float, default=90.0)
     parser.add_argument("--round-steps", type=int, default=500)
     parser.add_argument("--max-rounds", type=int, default=20)
+    parser.add_argument(
+        "--resume-trained", action="store_true",
+        help="the trained section goes on from the last training round SCRATCH_DIR/runs.jsonl "
+        "recorded (an invocation killed before its models reached the target)",
+    )  # fmt: skip
     parser.add_argument("--peer-configs", type=Path, default=peers.DEFAULT_CONFIGS)
     parser.add_argument("--peers-dir", type=Path, default=None)
     parser.add_argument(

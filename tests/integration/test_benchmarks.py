@@ -135,8 +135,48 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     for r in matched:  # min = max length: every output has exactly that many words
         lines = Path(r["output"]).read_text().splitlines()
         assert len(lines) == 8 and {len(line.split()) for line in lines} == {5}
-    trained = [r for r in runs if r["section"] == "trained" and r["key"] != "model"]
+    trained = [r for r in runs if r["section"] == "trained" and r["key"] not in ("model", "round")]
     assert all(0 <= r["test_bleu"] <= 100 and r["max_length"] == 5 for r in trained)
+
+
+def test_a_resumed_trained_section_equals_an_uninterrupted_one(tmp_path):
+    """Two rounds in one invocation, or one round, then `--resume-trained` for the second:
+    the same recorded rounds and the same final weights; only the last round's checkpoint
+    stays."""
+    import torch
+
+    workload = tiny_workload(tmp_path / "workload")
+    options = ["--no-peers", "--repeats", "1", "--threads", "1", "--sections", "trained"]
+    options += ["--length", "5", "--batch-sizes", "4", "--round-steps", "2"]
+    options += ["--bleu-target", "101", "--models", "alignmt-luong"]
+    options += ["--override=data.batch_size=4", "--override=model.embedding_dim=8"]
+    options += ["--override=model.hidden_size=12"]
+
+    def invocation(scratch: Path, *extra: str) -> list[dict]:
+        """This invocation's records of rounds and models (runs.jsonl is appended to)."""
+        runs = scratch / "runs.jsonl"
+        before = len(runs.read_text().splitlines()) if runs.exists() else 0
+        run_script("compare.py", str(workload), str(scratch), *options, *extra, timeout=600)
+        lines = runs.read_text().splitlines()[before:]
+        return [r for r in map(json.loads, lines) if r["key"] in ("round", "model")]
+
+    whole = invocation(tmp_path / "whole", "--max-rounds", "2")
+    invocation(tmp_path / "resumed", "--max-rounds", "1")
+    resumed = invocation(tmp_path / "resumed", "--max-rounds", "2", "--resume-trained")
+    assert [(r["key"], r["steps"]) for r in whole] == [("round", 2), ("round", 4), ("model", 4)]
+    assert [(r["key"], r["steps"]) for r in resumed] == [("round", 4), ("model", 4)]
+    assert resumed[0]["dev_bleu"] == whole[1]["dev_bleu"]
+    kept = sorted(
+        p.name for p in (tmp_path / "resumed" / "trained" / "alignmt-luong").glob("*.ckpt")
+    )
+    assert kept == ["alignmt-luong-round-4.ckpt"]
+    weights = [
+        torch.load(r["checkpoint"], weights_only=False)["state_dict"]
+        for r in (whole[1], resumed[0])
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    for name in weights[0]:
+        torch.testing.assert_close(weights[1][name], weights[0][name], rtol=0, atol=0, msg=name)
 
 
 def assert_rows_fill_headers(markdown: str) -> None:

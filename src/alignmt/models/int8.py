@@ -20,8 +20,11 @@ from alignmt.models.step_linear import is_one_layer_gru
 
 RECURRENT = (nn.GRU, nn.LSTM)
 # The quantized product's C++ operator itself: the Python op object in front of it looks
-# through the arguments for traced stand-ins of the packed weights at every call.
-_linear_dynamic = torch.ops.quantized.linear_dynamic.default._op
+# through the arguments for traced stand-ins of the packed weights at every call. `_op` is
+# private; where a torch release drops it, the public op object does the same product.
+_linear_dynamic = getattr(
+    torch.ops.quantized.linear_dynamic.default, "_op", torch.ops.quantized.linear_dynamic.default
+)
 
 
 class Int8Linear(nn.Linear):

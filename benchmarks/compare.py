@@ -20,13 +20,15 @@ none always runs first. Sections (each can be left out):
   columns "... int8"). `--no-decoding` keeps the training figures only.
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
-- trained: every system trains in rounds of `--round-steps` steps until its dev BLEU (its own
-  greedy decoding of dev, scored here with sacrebleu) reaches `--bleu-target`, then decodes the
+- trained: every system trains once, without interruption, saving a checkpoint every
+  `--round-steps` steps (at most `--max-rounds` of them); each checkpoint's dev BLEU (its own
+  greedy decoding of dev, scored here with sacrebleu) is taken while training goes on, and
+  training stops at the first checkpoint that reaches `--bleu-target`. That model decodes the
   test set at its natural lengths (at most `--length` tokens), each search and batch size, for
   every repeat, with test BLEU (so the bf16 and int8 columns show what each precision costs).
-  Each round's dev BLEU is recorded as it comes; the peers take hours to reach the target on 2
-  cores, so an invocation killed on the way is picked up with `--resume-trained` (the same
-  command and SCRATCH_DIR), from its last recorded round.
+  Each checkpoint's dev BLEU is recorded as it comes; the peers take hours to reach the target
+  on 2 cores, so an invocation killed on the way is picked up with `--resume-trained` (the same
+  command and SCRATCH_DIR) from its last recorded checkpoint, by each system's own resume.
 
 Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
 their median reported beside the medians of the figures. Every figure goes to
@@ -69,29 +71,43 @@ class Ours:
         self.name = f"alignmt-{model}"
         self.model, self.overrides, self.threads = model, overrides, threads
 
-    def _run(self, command: list[str]) -> dict:
+    def _command(self, command: list[str]) -> list[str]:
         options = [f"--override={o}" for o in model_overrides(self.overrides, self.model)]
+        return [sys.executable, str(HERE / "workload.py"), *command, *options]
+
+    def _env(self) -> dict[str, str]:
+        return {**peers.peer_env(self.threads), "PYTHONPATH": str(HERE.parent / "src")}
+
+    def _run(self, command: list[str]) -> dict:
         out = subprocess.run(
-            [sys.executable, str(HERE / "workload.py"), *command, *options],
-            capture_output=True,
-            text=True,
-            env={**peers.peer_env(self.threads), "PYTHONPATH": str(HERE.parent / "src")},
+            self._command(command), capture_output=True, text=True, env=self._env()
         )
         if out.returncode != 0:
             raise RuntimeError(f"workload.py {' '.join(command)} failed:\n{out.stderr[-3000:]}")
         return json.loads(out.stdout[out.stdout.index("{") :])
 
-    def train(
-        self, data_dir, scratch, *, steps=60, warmup=10, save_every=None, resume=None, timed=True
-    ):
+    def _train_command(self, data_dir, scratch, steps: int, warmup: int) -> list[str]:
         command = ["train", str(data_dir), str(scratch), "--model", self.model]
-        command += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(self.threads)]
-        command += ["--save-as", f"{self.name}-{steps}"]
+        command += ["--steps", str(steps), "--warmup", str(warmup)]
+        return [*command, "--threads", str(self.threads)]
+
+    def train(self, data_dir, scratch, *, steps=60, warmup=10):
+        command = self._train_command(data_dir, scratch, steps, warmup)
+        return self._run([*command, "--save-as", f"{self.name}-{steps}"])
+
+    def start_training(self, data_dir, scratch, *, steps, save_every, resume=None):
+        """As peers.Peer.start_training: untimed, in the background, a checkpoint every
+        `save_every` steps."""
+        command = self._train_command(data_dir, scratch, steps, warmup=1)
+        command += ["--untimed", "--save-every", str(save_every)]
         if resume is not None:
             command += ["--resume", str(resume)]
-        if not timed:
-            command.append("--untimed")
-        return self._run(command)
+        return peers.Training(
+            self._command(command),
+            Path(scratch) / f"{self.name}_train.log",
+            self._env(),
+            lambda step: Path(scratch) / f"{self.name}-{step}.ckpt",
+        )
 
     def decode(self, data_dir, scratch, checkpoint, decoding: Decoding, precision="float32"):
         output = Path(scratch) / f"{self.name}_{decoding.split}_{decoding.search}_{precision}.out"
@@ -222,42 +238,44 @@ def extensions_section(args, log: Log) -> None:
 
 
 def train_to_target(system, args, log: Log) -> dict:
-    """Rounds of `round_steps` until dev BLEU reaches the target, at most `max_rounds` rounds
-    in all. Each round's checkpoint is moved to SCRATCH/trained/NAME/NAME-round-STEPS.ckpt (out
-    of the folders a next round may replace; the round before it deleted) and recorded as a
-    "round", so `--resume-trained` goes on from the last round a killed invocation recorded."""
+    """One training run of at most `max_rounds` x `round_steps` steps, saving every
+    `round_steps`. Each checkpoint is scored on dev while training goes on, recorded as a
+    "round" and moved to SCRATCH/trained/NAME/NAME-round-STEPS.ckpt (the round before it
+    deleted); training stops at the first that reaches the target. `--resume-trained` goes on
+    from the last round a killed invocation recorded, by the system's own resume (exact for
+    alignmt; not for the peers, which start a new epoch), and the rounds after it say so."""
     scratch = args.scratch / "trained" / system.name
     scratch.mkdir(parents=True, exist_ok=True)
     last = last_round(args.scratch / "runs.jsonl", system.name) if args.resume_trained else None
-    checkpoint, steps, dev_bleu = None, 0, None
+    checkpoint, steps, dev_bleu, resumed = None, 0, None, {}
     if last is not None:
         checkpoint, steps, dev_bleu = Path(last["checkpoint"]), last["steps"], last["dev_bleu"]
-    while (dev_bleu is None or dev_bleu < args.bleu_target) and (
-        steps < args.max_rounds * args.round_steps
-    ):
-        steps += args.round_steps
-        trained = system.train(
-            args.workload,
-            scratch,
-            steps=steps,
-            warmup=min(args.warmup, steps - 1),
-            save_every=args.round_steps,
-            resume=checkpoint,
-            timed=False,
+        resumed = {"resumed_from": last.get("resumed_from", steps)}
+    total = args.max_rounds * args.round_steps
+
+    def going_on() -> bool:
+        return (dev_bleu is None or dev_bleu < args.bleu_target) and steps < total
+
+    if going_on():
+        training = system.start_training(
+            args.workload, scratch, steps=total, save_every=args.round_steps, resume=checkpoint
         )
-        kept = scratch / f"{system.name}-round-{steps}.ckpt"
-        shutil.move(trained["checkpoint"], kept)
-        dev = Decoding("greedy", 64, 0, args.length, "dev")
-        decoded = system.decode(args.workload, scratch, kept, dev)
-        dev_bleu = bleu(Path(decoded["output"]), args.workload / "dev.trg")
-        log.add("trained", system.name, 0, "round", {"steps": steps, "dev_bleu": dev_bleu,
-                                                     "checkpoint": str(kept)})  # fmt: skip
-        if checkpoint is not None and checkpoint != kept:
-            checkpoint.unlink(missing_ok=True)
-        checkpoint = kept
+        with training:
+            while going_on():
+                steps += args.round_steps
+                kept = scratch / f"{system.name}-round-{steps}.ckpt"
+                shutil.move(training.checkpoint(steps), kept)
+                dev = Decoding("greedy", 64, 0, args.length, "dev")
+                decoded = system.decode(args.workload, scratch, kept, dev)
+                dev_bleu = bleu(Path(decoded["output"]), args.workload / "dev.trg")
+                figures = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(kept)}
+                log.add("trained", system.name, 0, "round", {**figures, **resumed})
+                if checkpoint is not None:
+                    checkpoint.unlink(missing_ok=True)
+                checkpoint = kept
     if checkpoint is None:
         raise ValueError(f"no training round: --max-rounds {args.max_rounds}")
-    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint)}
+    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint), **resumed}
     result["reached"] = dev_bleu >= args.bleu_target
     return log.add("trained", system.name, 0, "model", result)
 

@@ -2,7 +2,7 @@
 
     python benchmarks/workload.py train WORKLOAD_DIR SCRATCH_DIR [--model luong|rnnsearch]
         [--steps 60] [--warmup 10] [--override KEY=VALUE ...] [--resume CKPT]
-        [--save-as NAME] [--threads 2]
+        [--save-as NAME] [--save-every N] [--untimed] [--threads 2]
     python benchmarks/workload.py decode WORKLOAD_DIR SCRATCH_DIR --checkpoint PATH
         [--search greedy|beam5] [--batch-size 64] [--min-length 0] [--max-length 100]
         [--split test|dev] [--sentences N] [--precision float32|bfloat16|int8] [--output FILE]
@@ -22,8 +22,9 @@ over the time between the end of step `warmup` and the end of step `steps`. Peak
 the process's own high-water mark (no worker processes). `train_gflop_per_s` counts the
 matrix products of a training step (torch's FlopCounterMode) at that rate, beside this
 machine's float32 matrix-product rate with the same threads. With `--resume`, training goes
-on from a checkpoint up to `--steps` in all; `--untimed` leaves the figures out (the rounds of
-compare.py's trained models).
+on from a checkpoint up to `--steps` in all; `--save-every N` writes SCRATCH_DIR/NAME-STEP.ckpt
+every N steps instead of NAME.ckpt at the end, and `--untimed` leaves the figures out (how
+compare.py's trained models are made).
 
 Decoding times only the search over the split's sentences (batches sorted by source length,
 as evaluation batches them); `output_tokens` counts words without the end of sentence, and
@@ -105,13 +106,14 @@ def peak_rss_mib() -> float:
 def trainer(steps: int, callbacks: list):
     import pytorch_lightning as pl
 
+    saving = any(isinstance(c, pl.callbacks.ModelCheckpoint) for c in callbacks)
     return pl.Trainer(
         accelerator="cpu",
         devices=1,
         max_steps=steps,
         limit_val_batches=0,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=saving,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
@@ -134,15 +136,29 @@ def train(args) -> dict:
             self.ends.append(time.perf_counter())
             self.tokens.append(batch.num_target_tokens)
 
+    name = args.save_as or f"alignmt-{args.model}"
+    clock = Clock()
+    callbacks = [clock]
+    if args.save_every:
+        if args.steps % args.save_every:
+            raise ValueError(
+                f"--steps {args.steps}: not a multiple of --save-every {args.save_every}"
+            )
+        callbacks.append(pl.callbacks.ModelCheckpoint(
+            dirpath=args.scratch, filename=f"{name}-{{step}}", auto_insert_metric_name=False,
+            every_n_train_steps=args.save_every, save_top_k=-1,
+        ))  # fmt: skip
     cfg = compose(args.workload, args.scratch, args.model, args.override)
     started = time.perf_counter()
     built = build(cfg)
-    clock = Clock()
-    fit = trainer(args.steps, [clock])
+    fit = trainer(args.steps, callbacks)
     fit.fit(built.task, datamodule=built.datamodule, ckpt_path=args.resume)
     peak_rss = peak_rss_mib()  # before the FLOP count and the matmul peak below allocate more
-    checkpoint = args.scratch / f"{args.save_as or 'alignmt-' + args.model}.ckpt"
-    fit.save_checkpoint(checkpoint)
+    if args.save_every:
+        checkpoint = args.scratch / f"{name}-{args.steps}.ckpt"
+    else:
+        checkpoint = args.scratch / f"{name}.ckpt"
+        fit.save_checkpoint(checkpoint)
     figures = {
         "system": f"alignmt-{args.model}",
         "steps": args.steps,
@@ -286,6 +302,7 @@ def main() -> None:
     parser.add_argument("--resume", type=Path, default=None, help="go on from this checkpoint")
     parser.add_argument("--untimed", action="store_true", help="only train (no figures)")
     parser.add_argument("--save-as", default=None, help="checkpoint name in SCRATCH_DIR")
+    parser.add_argument("--save-every", type=int, default=None, help="a checkpoint every N steps")
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--search", choices=["greedy", "beam5"], default="greedy")
     parser.add_argument("--stopping", choices=["exact", "early"], default="exact")

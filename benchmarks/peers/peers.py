@@ -36,9 +36,10 @@ sentence: Joey's `Batch.ntokens`, OpenNMT-py's `n_words`) per second over that i
     `peak_rss_main_mib` is the peer process's own high-water mark (VmHWM, exact),
     `peak_rss_children_mib` its children's (OpenNMT-py's data-loader workers: forked, they
     share pages with their parent), `peak_rss_tree_mib` the largest sum of VmRSS at one instant.
-  - With `resume`, training continues from a checkpoint up to `steps` in all (Joey's
-    `load_model`, OpenNMT-py's `train_from`), with the optimiser state, untimed: how the trained
-    models of benchmarks/compare.py are made, round after round.
+  - `start_training` runs untimed in the background instead, a checkpoint every `save_every`
+    steps, every one kept (Joey's validation saves them; `keep_best_ckpts: -1`), from a
+    checkpoint `resume` if given (Joey's `load_model`, OpenNMT-py's `train_from`, with the
+    optimiser state) up to `steps` in all: how benchmarks/compare.py's trained models are made.
 
 Decoding (`decode`): the peer's own test command on a split (`test` or `dev`, or its first
 `sentences`), batches of `batch_size` sentences, greedy or beam 5, at most `max_length` output
@@ -69,6 +70,8 @@ import signal
 import subprocess
 import threading
 import time
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,6 +256,68 @@ def run_logged(cmd: list[str], log_path: Path, env: dict[str, str], poll_s: floa
     return {"wall_s": round(wall, 3), **watcher.figures()}
 
 
+class Training:
+    """A training command running in the background (its own process group, output to
+    `log_path`) that saves a checkpoint every few steps; `checkpoint_at(step)` names the one of
+    `step` steps. Used as a context manager, it ends the command on the way out."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        checkpoint_at: Callable[[int], Path],
+        poll_s: float = 2.0,
+    ):
+        self.cmd, self.log_path, self.checkpoint_at, self.poll_s = (
+            cmd,
+            log_path,
+            checkpoint_at,
+            poll_s,
+        )
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as log:
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def checkpoint(self, step: int) -> Path:
+        """The checkpoint of `step` steps, once completely written; raises if the command
+        ends without it."""
+        path = self.checkpoint_at(step)
+        while not written(path):
+            if self.process.poll() is not None and not written(path):
+                tail = "".join(self.log_path.read_text().splitlines(keepends=True)[-25:])
+                raise RuntimeError(
+                    f"{' '.join(self.cmd)} exited {self.process.returncode} without {path}; "
+                    f"log {self.log_path}:\n{tail}"
+                )
+            time.sleep(self.poll_s)
+        return path
+
+    def stop(self) -> None:
+        """End the command and every process it started."""
+        with contextlib.suppress(ProcessLookupError):  # the group outlives its leader
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def __enter__(self) -> Training:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def written(path: Path) -> bool:
+    """Whether the checkpoint `path` is completely written: torch.save writes a zip archive
+    whose directory comes last, and every entry's checksum must match it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def _timestamp(text: str) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
@@ -379,38 +444,41 @@ class Peer:
             "sentences_per_s": round(BATCH_SENTENCES * (steps - warmup) / seconds, 2),
         }
 
-    def train(
-        self, data_dir, scratch, *, steps=60, warmup=10, save_every=None, resume=None, timed=True
-    ):
-        """Train for `steps` steps (in all, from the checkpoint `resume` if given, saving every
-        `save_every`). Figures: `timed`, those over steps warmup+1..steps; peak memory, wall
-        time, the log and the checkpoint (pass it to `decode`)."""
+    def train(self, data_dir, scratch, *, steps=60, warmup=10):
+        """Train for `steps` steps. Figures: those over steps warmup+1..steps; peak memory,
+        wall time, the log and the checkpoint (pass it to `decode`)."""
         scratch = Path(scratch).resolve()
         model_dir = self.model_dir(scratch)
-        if resume is not None:  # out of the model folder, which a new run may replace
-            resume = Path(shutil.copy(resume, scratch / f"{self.name}_resume.ckpt"))
-        else:
-            shutil.rmtree(model_dir, ignore_errors=True)
-        config = self.write_train_config(
-            data_dir,
-            scratch,
-            steps=steps,
-            warmup=warmup,
-            save_every=save_every,
-            resume=resume,
-            timed=timed,
-        )
+        shutil.rmtree(model_dir, ignore_errors=True)
+        config = self.write_train_config(data_dir, scratch, steps=steps, warmup=warmup)
         log_path = scratch / f"{self.name}_train.log"
         run = run_logged(self.train_command(config), log_path, peer_env(self.threads), self.poll_s)
         figures = {"system": self.name, "phase": "train", "steps": steps, "threads": self.threads}
-        if timed:
-            figures.update(self.parse_train_log(log_path.read_text(), warmup, steps))
+        figures.update(self.parse_train_log(log_path.read_text(), warmup, steps))
         figures.update(run)
         checkpoint = self.checkpoint(model_dir, steps)
         if not checkpoint.exists():
             raise FileNotFoundError(f"{self.name} wrote no checkpoint {checkpoint}")
         figures.update(log=str(log_path), checkpoint=str(checkpoint))
         return figures
+
+    def start_training(self, data_dir, scratch, *, steps, save_every, resume=None) -> Training:
+        """Untimed training in the background up to `steps` steps in all, from the checkpoint
+        `resume` if given, a checkpoint every `save_every` steps (see module doc)."""
+        scratch = Path(scratch).resolve()
+        model_dir = self.model_dir(scratch)
+        if resume is not None:  # out of the model folder, which the new run replaces
+            resume = Path(shutil.copy(resume, scratch / f"{self.name}_resume.ckpt"))
+        shutil.rmtree(model_dir, ignore_errors=True)
+        config = self.write_train_config(
+            data_dir, scratch, steps=steps, save_every=save_every, resume=resume, timed=False
+        )
+        return Training(
+            self.train_command(config),
+            scratch / f"{self.name}_train.log",
+            peer_env(self.threads),
+            lambda step: self.checkpoint(model_dir, step),
+        )
 
     def decode(self, data_dir, scratch, checkpoint: Path, decoding: Decoding) -> dict:
         """Decode with `checkpoint` as `decoding` asks: the output counts, out_tok_per_s and
@@ -463,6 +531,7 @@ class JoeyNMT(Peer):
         training = cfg["training"]
         # Its validation saves the checkpoint.
         training.update(updates=steps, logging_freq=log_every, validation_freq=save_every)
+        training["keep_best_ckpts"] = -1  # every validation's checkpoint, none deleted
         if resume is not None:
             training["load_model"] = str(resume)
 

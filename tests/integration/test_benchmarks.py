@@ -12,6 +12,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -177,6 +178,66 @@ def test_a_resumed_trained_section_equals_an_uninterrupted_one(tmp_path):
     assert weights[0].keys() == weights[1].keys()
     for name in weights[0]:
         torch.testing.assert_close(weights[1][name], weights[0][name], rtol=0, atol=0, msg=name)
+
+
+FAKE_TRAINING = """
+import io, subprocess, sys, time, zipfile
+from pathlib import Path
+
+out = Path(sys.argv[1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+(out / "child.pid").write_text(str(child.pid))
+for step in (2, 4):
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("weights", bytes(range(256)) * 64 * step)
+    data = archive.getvalue()
+    with open(out / f"ckpt-{step}", "wb") as f:  # half now, the rest (the directory) later
+        f.write(data[: len(data) // 2])
+        f.flush()
+        time.sleep(0.5)
+        f.write(data[len(data) // 2 :])
+print("saved", flush=True)
+time.sleep(600)
+"""
+
+
+def test_background_training_yields_whole_checkpoints_and_stops_its_processes(
+    monkeypatch, tmp_path
+):
+    """A checkpoint is handed over only once completely written; stopping ends the command
+    and what it started; a command that ends without the checkpoint asked for is an error
+    that shows its log."""
+    import zipfile
+
+    import pytest
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS / "peers"))
+    import peers
+
+    script = tmp_path / "train.py"
+    script.write_text(FAKE_TRAINING)
+    command = [sys.executable, str(script), str(tmp_path)]
+    log = tmp_path / "train.log"
+    with peers.Training(command, log, {}, lambda step: tmp_path / f"ckpt-{step}", 0.05) as run:
+        for step in (2, 4):
+            with zipfile.ZipFile(run.checkpoint(step)) as archive:
+                assert archive.read("weights") == bytes(range(256)) * 64 * step
+        child = int((tmp_path / "child.pid").read_text())
+    assert run.process.returncode == -9
+    status = Path(f"/proc/{child}/status")
+    for _ in range(100):  # killed: gone, or a zombie until its new parent reaps it
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"process {child} outlived the training that started it")
+    assert "saved" in log.read_text()
+
+    quitting = [sys.executable, "-c", "print('no checkpoint here')"]
+    run = peers.Training(quitting, log, {}, lambda step: tmp_path / "never", 0.05)
+    with run, pytest.raises(RuntimeError, match="no checkpoint here"):
+        run.checkpoint(2)
 
 
 def assert_rows_fill_headers(markdown: str) -> None:

@@ -22,9 +22,8 @@ RECURRENT = (nn.GRU, nn.LSTM)
 # The quantized product's C++ operator itself: the Python op object in front of it looks
 # through the arguments for traced stand-ins of the packed weights at every call. `_op` is
 # private; where a torch release drops it, the public op object does the same product.
-_linear_dynamic = getattr(
-    torch.ops.quantized.linear_dynamic.default, "_op", torch.ops.quantized.linear_dynamic.default
-)
+_linear_dynamic = torch.ops.quantized.linear_dynamic.default
+_linear_dynamic = getattr(_linear_dynamic, "_op", _linear_dynamic)
 
 
 class Int8Linear(nn.Linear):

@@ -147,15 +147,51 @@ def test_the_library_is_built_once_per_cache_and_can_be_turned_off(tmp_path, mon
         assert native.library() is not None
         built = list((tmp_path / "alignmt" / "native").iterdir())
         assert len(built) == 1 and built[0].suffix == ".so"  # no scratch left behind
-        stamp = built[0].stat().st_mtime_ns
+        inode = built[0].stat().st_ino
         native.library.cache_clear()
         assert native.library() is not None
-        assert built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+        assert built[0].stat().st_ino == inode  # reused, not rebuilt (a build renames a new file)
 
         native.library.cache_clear()
         monkeypatch.setenv("ALIGNMT_NATIVE", "0")
         assert native.library() is None
         assert not native.usable(torch.zeros(1, 1, 1))
+    finally:
+        native.library.cache_clear()
+
+
+@needs_library
+def test_libraries_unused_for_a_month_are_pruned_and_those_in_use_kept(tmp_path, monkeypatch):
+    """Builds for an older source, compiler or CPU go once unused for STALE_S; another
+    machine's recent build, and the library loaded, an old file itself, stay."""
+    import os
+    import time
+
+    from alignmt import native as builds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "alignmt" / "native"
+    native.library.cache_clear()
+    try:
+        assert native.library() is not None
+        (loaded,) = cache.glob("*.so")
+        month_ago = time.time() - builds.STALE_S - 60
+        os.utime(loaded, (month_ago, month_ago))
+        stale, recent, killed = (
+            cache / "gru_update-older-source.so",
+            cache / "gru_update-other-cpu.so",
+            cache / "tmp-killed-build",
+        )
+        stale.write_bytes(b"")
+        recent.write_bytes(b"")
+        killed.mkdir()
+        (killed / "gru_update.o").write_bytes(b"")
+        for path in (stale, killed):
+            os.utime(path, (month_ago, month_ago))
+        native.library.cache_clear()
+        assert native.library() is not None
+        assert sorted(p.name for p in cache.iterdir()) == sorted([loaded.name, recent.name])
+        assert loaded.stat().st_mtime > month_ago  # marked in use again
     finally:
         native.library.cache_clear()
 

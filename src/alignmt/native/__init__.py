@@ -3,7 +3,9 @@
 Each is a loop PyTorch would run as several passes over a tensor larger than a core's cache.
 A file is compiled with the system's C compiler (a second or less) into
 ~/.cache/alignmt/native (or $XDG_CACHE_HOME/alignmt/native), keyed by the source, the compiler
-and the CPU, and runs on PyTorch's own OpenMP threads. Without a compiler, where compiling
+and the CPU, and runs on PyTorch's own OpenMP threads. Each load marks its library as used;
+libraries (and interrupted builds' folders) no process has used for 30 days are deleted, so
+builds for older sources, compilers or CPUs do not pile up. Without a compiler, where compiling
 fails (with a warning), or with ALIGNMT_NATIVE=0 in the environment, `load` returns None and
 the callers keep their PyTorch ops.
 """
@@ -18,6 +20,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -28,6 +31,8 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 WIDE = ["-mprefer-vector-width=512"] if X86 else []  # full-width AVX-512 where there is one
 COMPILE = ["-O3", "-march=native", *WIDE, "-ffast-math", "-fopenmp", "-fPIC", "-c"]
 LINK = ["-shared", "-fopenmp"]  # without -ffast-math, which would set flush-to-zero process-wide
+STALE_S = 30 * 24 * 3600  # unused this long, a library is pruned (a shared home may hold
+# several machines' builds, each in use)
 
 
 def load(name: str) -> ctypes.CDLL | None:
@@ -67,16 +72,32 @@ def _compiled(compiler: str, source: Path) -> Path:
     ).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "alignmt" / "native"
     target = cache / f"{source.stem}-{key}.so"
-    if target.exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as scratch:
-        obj, lib = Path(scratch) / f"{source.stem}.o", Path(scratch) / f"{source.stem}.so"
-        run = functools.partial(subprocess.run, check=True, capture_output=True)
-        run([compiler, *COMPILE, str(source), "-o", str(obj)])
-        run([compiler, *LINK, str(obj), "-o", str(lib), "-lm"])
-        os.replace(lib, target)
+    if not target.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as scratch:
+            obj, lib = Path(scratch) / f"{source.stem}.o", Path(scratch) / f"{source.stem}.so"
+            run = functools.partial(subprocess.run, check=True, capture_output=True)
+            run([compiler, *COMPILE, str(source), "-o", str(obj)])
+            run([compiler, *LINK, str(obj), "-o", str(lib), "-lm"])
+            os.replace(lib, target)
+    os.utime(target)  # in use: spared by _prune
+    _prune(cache)
     return target
+
+
+def _prune(cache: Path) -> None:
+    """Delete the libraries, and the folders of builds killed midway, unused for STALE_S."""
+    cutoff = time.time() - STALE_S
+    for path in [*cache.glob("*.so"), *cache.glob("tmp*")]:
+        try:
+            if path.stat().st_mtime >= cutoff:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except FileNotFoundError:  # another process pruned it first
+            pass
 
 
 def _cpu() -> str:

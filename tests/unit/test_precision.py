@@ -145,9 +145,10 @@ def test_the_bfloat16_copy_is_made_once_and_again_after_the_weights_change():
 @pytest.mark.parametrize("precision", ["bfloat16", "int8"])
 def test_a_copy_is_made_again_after_a_fused_optimiser_step(precision):
     """Fused Adam, the default optimiser, updates the weights in place without moving their
-    versions: validation decoding during training must still read the new weights."""
-    model = configured("luong")
-    first = model_at(precision, model)
+    versions: validation decoding during training must still read the new weights. Another
+    model's copy (a frozen teacher, an ensemble member) stays."""
+    model, other = configured("luong"), configured("luong")
+    first, others = model_at(precision, model), model_at(precision, other)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     torch.optim.Adam(model.parameters(), lr=0.5, fused=True).step()
@@ -157,6 +158,7 @@ def test_a_copy_is_made_again_after_a_fused_optimiser_step(precision):
     pairs = zip(second.encoder.parameters(), model.encoder.parameters(), strict=True)
     assert all(torch.equal(low, p.to(low.dtype)) for low, p in pairs)
     assert model_at(precision, model) is second
+    assert model_at(precision, other) is others
 
 
 def test_the_bfloat16_copy_follows_the_models_mode():

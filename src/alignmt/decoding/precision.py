@@ -28,14 +28,15 @@ PRECISIONS = ("float32", "bfloat16", "int8")
 
 # (model, precision) -> (the versions of its parameters when copied, the copy)
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_optimizer_steps = 0
+STEPS = "_alignmt_optimizer_steps"  # a parameter's attribute: the optimiser steps that updated it
 
 
 def _count_optimizer_step(optimizer, args, kwargs) -> None:
     """Fused optimisers (Adam's `fused=True`, the default here) update parameters in place
-    without moving their versions: every optimiser step anywhere counts as a change."""
-    global _optimizer_steps
-    _optimizer_steps += 1
+    without moving their versions: a step counts as a change of each parameter it holds."""
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            setattr(parameter, STEPS, getattr(parameter, STEPS, 0) + 1)
 
 
 register_optimizer_step_post_hook(_count_optimizer_step)
@@ -50,7 +51,7 @@ def _versions(model: nn.Module) -> tuple:
     """Changes whenever a parameter or buffer is updated in place (an optimiser step, counted
     apart since fused ones leave no version) or replaced (a loaded state dict)."""
     tensors = [*model.parameters(), *model.buffers()]
-    return (_optimizer_steps, *((id(t), t._version) for t in tensors))
+    return tuple((id(t), t._version, getattr(t, STEPS, 0)) for t in tensors)
 
 
 def model_at(precision: str, model: nn.Module) -> nn.Module:

@@ -2,7 +2,8 @@
 
     bash benchmarks/peers/setup_peers.sh                      # once: the peers' virtualenvs
     python benchmarks/compare.py WORKLOAD_DIR SCRATCH_DIR [--repeats 3] [--no-peers]
-        [--models alignmt-luong alignmt-rnnsearch] [--sections speed extensions trained]
+        [--models alignmt-luong alignmt-rnnsearch] [--peers joeynmt onmt]
+        [--sections speed extensions trained]
         [--resume-trained]
 
 WORKLOAD_DIR is what ../shared/bench/make_workload.py writes (made there if missing). Every run
@@ -29,6 +30,9 @@ none always runs first. Sections (each can be left out):
   Each checkpoint's dev BLEU is recorded as it comes; the peers take hours to reach the target
   on 2 cores, so an invocation killed on the way is picked up with `--resume-trained` (the same
   command and SCRATCH_DIR) from its last recorded checkpoint, by each system's own resume.
+  With `--repeats 0` the section only trains: invocations for different systems (`--models`,
+  `--peers`), each with a share of the cores, can train at once into one SCRATCH_DIR, and a
+  last one over every system with `--resume-trained` finds them trained and measures.
 
 Ratios are taken within a repeat (alignmt / the faster peer, or / the leaner one for memory) and
 their median reported beside the medians of the figures. Every figure goes to
@@ -408,6 +412,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-peers", action="store_true", help="alignmt only")
     parser.add_argument(
+        "--peers", nargs="*", default=list(peers.PEERS), choices=list(peers.PEERS),
+        help="the peer toolkits to run",
+    )  # fmt: skip
+    parser.add_argument(
         "--sections", nargs="+", default=["speed", "extensions", "trained"],
         choices=["speed", "extensions", "trained"],
     )  # fmt: skip
@@ -416,7 +424,7 @@ def parse_args() -> argparse.Namespace:
         help="the configurations of the extensions section (each with its plain model)",
     )  # fmt: skip
     parser.add_argument(
-        "--models", nargs="+", default=list(OURS), choices=list(OURS),
+        "--models", nargs="*", default=list(OURS), choices=list(OURS),
         help="alignmt's configurations to run (the peers run Luong's)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
@@ -460,7 +468,7 @@ def main() -> None:
     args.scratch.mkdir(parents=True, exist_ok=True)
     systems = {name: Ours(OURS[name], args.override, args.threads) for name in args.models}
     if not args.no_peers:
-        for name in peers.PEERS:
+        for name in args.peers:
             systems[name] = peers.make_peer(
                 name, configs=args.peer_configs, peers_dir=args.peers_dir, threads=args.threads
             )

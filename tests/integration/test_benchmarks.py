@@ -141,9 +141,9 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
 
 
 def test_a_resumed_trained_section_equals_an_uninterrupted_one(tmp_path):
-    """Two rounds in one invocation, or one round, then `--resume-trained` for the second:
-    the same recorded rounds and the same final weights; only the last round's checkpoint
-    stays."""
+    """Two rounds in one invocation, or one round (with `--repeats 0`: no decoding), then
+    `--resume-trained` for the second: the same recorded rounds and the same final weights;
+    only the last round's checkpoint stays."""
     import torch
 
     workload = tiny_workload(tmp_path / "workload")
@@ -162,7 +162,9 @@ def test_a_resumed_trained_section_equals_an_uninterrupted_one(tmp_path):
         return [r for r in map(json.loads, lines) if r["key"] in ("round", "model")]
 
     whole = invocation(tmp_path / "whole", "--max-rounds", "2")
-    invocation(tmp_path / "resumed", "--max-rounds", "1")
+    invocation(tmp_path / "resumed", "--max-rounds", "1", "--repeats", "0")  # trains only
+    runs = (tmp_path / "resumed" / "runs.jsonl").read_text().splitlines()
+    assert {json.loads(line)["key"] for line in runs} == {"round", "model"}
     resumed = invocation(tmp_path / "resumed", "--max-rounds", "2", "--resume-trained")
     assert [(r["key"], r["steps"]) for r in whole] == [("round", 2), ("round", 4), ("model", 4)]
     assert [(r["key"], r["steps"]) for r in resumed] == [("round", 4), ("model", 4)]

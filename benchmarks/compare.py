@@ -247,20 +247,23 @@ def train_to_target(system, args, log: Log) -> dict:
     "round" and moved to SCRATCH/trained/NAME/NAME-round-STEPS.ckpt (the round before it
     deleted); training stops at the first that reaches the target. `--resume-trained` goes on
     from the last round a killed invocation recorded, by the system's own resume (exact for
-    alignmt; not for the peers, which start a new epoch), and the rounds after it say so."""
+    alignmt; not for the peers, which start a new epoch): each record lists the steps at which
+    its training was resumed (`resumed_at`)."""
     scratch = args.scratch / "trained" / system.name
     scratch.mkdir(parents=True, exist_ok=True)
     last = last_round(args.scratch / "runs.jsonl", system.name) if args.resume_trained else None
-    checkpoint, steps, dev_bleu, resumed = None, 0, None, {}
+    checkpoint, steps, dev_bleu, resumed_at = None, 0, None, []
     if last is not None:
         checkpoint, steps, dev_bleu = Path(last["checkpoint"]), last["steps"], last["dev_bleu"]
-        resumed = {"resumed_from": last.get("resumed_from", steps)}
+        resumed_at = last.get("resumed_at", [])
     total = args.max_rounds * args.round_steps
 
     def going_on() -> bool:
         return (dev_bleu is None or dev_bleu < args.bleu_target) and steps < total
 
     if going_on():
+        if checkpoint is not None:
+            resumed_at = [*resumed_at, steps]
         training = system.start_training(
             args.workload, scratch, steps=total, save_every=args.round_steps, resume=checkpoint
         )
@@ -273,13 +276,14 @@ def train_to_target(system, args, log: Log) -> dict:
                 decoded = system.decode(args.workload, scratch, kept, dev)
                 dev_bleu = bleu(Path(decoded["output"]), args.workload / "dev.trg")
                 figures = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(kept)}
-                log.add("trained", system.name, 0, "round", {**figures, **resumed})
+                log.add("trained", system.name, 0, "round", {**figures, "resumed_at": resumed_at})
                 if checkpoint is not None:
                     checkpoint.unlink(missing_ok=True)
                 checkpoint = kept
     if checkpoint is None:
         raise ValueError(f"no training round: --max-rounds {args.max_rounds}")
-    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint), **resumed}
+    result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint)}
+    result["resumed_at"] = resumed_at
     result["reached"] = dev_bleu >= args.bleu_target
     return log.add("trained", system.name, 0, "model", result)
 

@@ -169,6 +169,11 @@ def test_a_resumed_trained_section_equals_an_uninterrupted_one(tmp_path):
     assert [(r["key"], r["steps"]) for r in whole] == [("round", 2), ("round", 4), ("model", 4)]
     assert [(r["key"], r["steps"]) for r in resumed] == [("round", 4), ("model", 4)]
     assert resumed[0]["dev_bleu"] == whole[1]["dev_bleu"]
+    assert [r["resumed_at"] for r in whole] == [[], [], []]
+    assert [r["resumed_at"] for r in resumed] == [[2], [2]]
+    # trained already: the model is taken as it is, no training resumed
+    again = invocation(tmp_path / "resumed", "--max-rounds", "2", "--resume-trained")
+    assert [(r["key"], r["steps"], r["resumed_at"]) for r in again] == [("model", 4, [2])]
     kept = sorted(
         p.name for p in (tmp_path / "resumed" / "trained" / "alignmt-luong").glob("*.ckpt")
     )

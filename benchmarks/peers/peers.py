@@ -269,12 +269,8 @@ class Training:
         checkpoint_at: Callable[[int], Path],
         poll_s: float = 2.0,
     ):
-        self.cmd, self.log_path, self.checkpoint_at, self.poll_s = (
-            cmd,
-            log_path,
-            checkpoint_at,
-            poll_s,
-        )
+        self.cmd, self.log_path, self.poll_s = cmd, log_path, poll_s
+        self.checkpoint_at = checkpoint_at
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(

@@ -12,6 +12,7 @@ the callers keep their PyTorch ops.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -89,15 +90,13 @@ def _prune(cache: Path) -> None:
     """Delete the libraries, and the folders of builds killed midway, unused for STALE_S."""
     cutoff = time.time() - STALE_S
     for path in [*cache.glob("*.so"), *cache.glob("tmp*")]:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # another process pruned it first
             if path.stat().st_mtime >= cutoff:
                 continue
             if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path)
             else:
                 path.unlink()
-        except FileNotFoundError:  # another process pruned it first
-            pass
 
 
 def _cpu() -> str:

@@ -339,13 +339,14 @@ def row(log: Log, section: str, key: str, figure: str, systems: list[str], label
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
+def ratio_columns(systems: list[str]) -> list[str]:
+    if not any(s in peers.PEERS for s in systems):
+        return []
+    return [f"{s} / best peer" for s in systems if is_ours(s)]
+
+
 def header(systems: list[str], first: str) -> list[str]:
-    ratios = (
-        [f"{s} / best peer" for s in systems if is_ours(s)]
-        if any(s in peers.PEERS for s in systems)
-        else []
-    )
-    columns = [first, *systems, *ratios]
+    columns = [first, *systems, *ratio_columns(systems)]
     return ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
 
 
@@ -372,13 +373,32 @@ def table(log: Log, args, systems: list[str]) -> str:
     if "trained" in args.sections:
         lines += ["", f"**Trained models** (dev BLEU >= {args.bleu_target}), natural lengths", ""]
         lines += header(systems, "figure")
-        lines.append(row(log, "trained", "model", "steps", systems, "training steps"))
-        lines.append(row(log, "trained", "model", "dev_bleu", systems, "dev BLEU (greedy)"))
+        lines += trained_model_rows(log, systems)
         key = decoding_key(Decoding("greedy", args.batch_sizes[0]))
         lines.append(row(log, "trained", key, "test_bleu", systems, f"test BLEU ({key})"))
         lines.append(row(log, "trained", key, "mean_output_len", systems, "mean output length"))
         lines += decoding_rows(log, "trained", args, systems)[2:]
     return "\n".join(lines) + "\n"
+
+
+def trained_model_rows(log: Log, systems: list[str]) -> list[str]:
+    """How each system's model was trained: one model per system, so no medians and no ratios
+    (a system that missed the target decodes its last checkpoint and says so)."""
+    models = {
+        r["system"]: r for r in log.records if r["section"] == "trained" and r["key"] == "model"
+    }
+    ratio_cells = [""] * len(ratio_columns(systems))
+    figures = {
+        "training steps": lambda m: f"{m['steps']:,}",
+        "dev BLEU (greedy)": lambda m: f"{m['dev_bleu']:.2f}",
+        "reached the target": lambda m: "yes" if m["reached"] else "**no**",
+        "resumed at steps": lambda m: ", ".join(f"{s:,}" for s in m.get("resumed_at", [])) or "-",
+    }
+    lines = []
+    for label, cell in figures.items():
+        cells = [cell(models[s]) if s in models else "-" for s in systems]
+        lines.append(f"| {label} | " + " | ".join([*cells, *ratio_cells]) + " |")
+    return lines
 
 
 def decoding_rows(log: Log, section: str, args, systems: list[str]) -> list[str]:

@@ -282,3 +282,27 @@ def test_compare_table_has_a_ratio_column_for_every_alignmt_column(monkeypatch, 
     assert_rows_fill_headers(summary)
     assert "| target tokens/s | 20.0 | 10.0 | 2.00x |" in summary
     assert "Decoding" not in summary and "greedy" not in summary
+
+
+def test_trained_table_says_how_each_model_was_trained(monkeypatch, tmp_path):
+    """One model per system: its steps, dev BLEU, whether it reached the target and where its
+    training was resumed, without medians or ratios; a peer that missed the target says so."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import compare
+
+    log = compare.Log(tmp_path / "runs.jsonl")
+    models = {
+        "alignmt-luong": {"steps": 2500, "dev_bleu": 92.971, "reached": True, "resumed_at": [500]},
+        "joeynmt": {"steps": 5000, "dev_bleu": 48.7625, "reached": False, "resumed_at": []},
+    }
+    for system, model in models.items():
+        log.add("trained", system, 0, "model", {**model, "checkpoint": "x.ckpt"})
+    args = SimpleNamespace(repeats=1, threads=2, sections=["trained"], bleu_target=90.0, length=5,
+                           batch_sizes=[4], batch1_sentences=2, sentences=None,
+                           models=["alignmt-luong"])  # fmt: skip
+    summary = compare.table(log, args, ["alignmt-luong", "joeynmt"])
+    assert_rows_fill_headers(summary)
+    assert "| training steps | 2,500 | 5,000 |  |" in summary
+    assert "| dev BLEU (greedy) | 92.97 | 48.76 |  |" in summary
+    assert "| reached the target | yes | **no** |  |" in summary
+    assert "| resumed at steps | 500 | - |  |" in summary

@@ -283,8 +283,7 @@ def train_to_target(system, args, log: Log) -> dict:
     if checkpoint is None:
         raise ValueError(f"no training round: --max-rounds {args.max_rounds}")
     result = {"steps": steps, "dev_bleu": dev_bleu, "checkpoint": str(checkpoint)}
-    result["resumed_at"] = resumed_at
-    result["reached"] = dev_bleu >= args.bleu_target
+    result |= {"resumed_at": resumed_at, "reached": dev_bleu >= args.bleu_target}
     return log.add("trained", system.name, 0, "model", result)
 
 
@@ -392,7 +391,7 @@ def trained_model_rows(log: Log, systems: list[str]) -> list[str]:
         "training steps": lambda m: f"{m['steps']:,}",
         "dev BLEU (greedy)": lambda m: f"{m['dev_bleu']:.2f}",
         "reached the target": lambda m: "yes" if m["reached"] else "**no**",
-        "resumed at steps": lambda m: ", ".join(f"{s:,}" for s in m.get("resumed_at", [])) or "-",
+        "resumed at steps": lambda m: ", ".join(f"{s:,}" for s in m["resumed_at"]) or "-",
     }
     lines = []
     for label, cell in figures.items():

@@ -94,7 +94,7 @@ def _prune(cache: Path) -> None:
             if path.stat().st_mtime >= cutoff:
                 continue
             if path.is_dir():
-                shutil.rmtree(path)
+                shutil.rmtree(path, ignore_errors=True)  # pruning is best effort
             else:
                 path.unlink()
 

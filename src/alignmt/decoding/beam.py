@@ -16,9 +16,10 @@ from alignmt.decoding.hypothesis import (
     max_output_lengths,
 )
 from alignmt.decoding.precision import check_precision, model_at
+from alignmt.decoding.top_words import TopWords, step_words
 from alignmt.models.seq2seq import DecoderState, Memory, Seq2Seq, reorder_state
 from alignmt.models.step_linear import packed_weights
-from alignmt.special_tokens import BOS_ID, EOS_ID, UNK_ID
+from alignmt.special_tokens import BOS_ID, UNK_ID
 
 # GNMT's log(min(coverage, 1)) is -inf for a source word no attention weight reaches (outside
 # every window of local attention, or weights that underflowed): one such word makes every
@@ -151,10 +152,10 @@ class BeamSearch:
             caps = None
             if rules.some_at_cap(t):
                 caps = beams.limits[beams.sentences].repeat_interleave(self.beam_size)
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
-            log_probs = rules.constrain_(log_probs, t, caps)
             beams.attend(alpha)
-            top, origins, words, ends = beams.extend(log_probs, rules.may_end(t, caps))
+            k = min(self.beam_size, logits.size(1))
+            best = step_words(logits.float(), k, rules, t, caps, eos_apart=True)
+            top, origins, words, ends = beams.extend(best)
             if UNK_ID not in banned:  # (where it is, it is never among the finite extensions)
                 beams.extensions.append((beams.sentences, words, top))
             if ends is not None:  # else no prefix could end at this step
@@ -281,23 +282,19 @@ class _Beams:
         if self.coverage is not None:
             self.coverage = self.coverage + alpha
 
-    def extend(self, log_probs: torch.Tensor, may_end: bool = True):
+    def extend(self, top: TopWords):
         """Every live prefix extended by every word: the K most probable extensions other than
         [EOS] of each sentence (log P [n, K], the rows they extend and their words, [n, K]),
-        and every live prefix's [EOS] extension [n, K]; None where `may_end` is false, as
-        [EOS] was ruled out in every row. A prefix's score adds the same to each of its
-        extensions, so the sentence's K best are among its prefixes' K best words each: two
-        small selections instead of one over K * V extensions per sentence."""
+        and every live prefix's [EOS] extension [n, K] (None where no prefix may end), from
+        each live prefix's k best words `top` (log P [n * K, k]). A prefix's score adds the
+        same to each of its extensions, so the sentence's K best are among its prefixes' K best
+        words each: two small selections instead of one over K * V extensions per sentence."""
         n, K, rows = self.sentences.numel(), self.K, self.scores.view(-1, 1)  # [n * K, 1]
-        ends = None
-        if may_end:
-            ends = (log_probs[:, EOS_ID : EOS_ID + 1] + rows).view(n, K)
-            log_probs[:, EOS_ID] = -math.inf
-        k = min(K, log_probs.size(1))
-        best, best_words = log_probs.topk(k, dim=1)  # [n * K, k]
-        top, at = (best + rows).view(n, K * k).topk(K, dim=1)
-        origins = (torch.arange(n, device=log_probs.device) * K).unsqueeze(1) + at // k
-        return top, origins, best_words.view(n, K * k).gather(1, at), ends
+        ends = None if top.eos is None else (top.eos.unsqueeze(1) + rows).view(n, K)
+        k = top.log_probs.size(1)
+        best, at = (top.log_probs + rows).view(n, K * k).topk(K, dim=1)
+        origins = (torch.arange(n, device=rows.device) * K).unsqueeze(1) + at // k
+        return best, origins, top.words.view(n, K * k).gather(1, at), ends
 
     def advance(self, running, stopped: int, top, words, origins) -> None:
         """The next step's live prefixes: those of the running sentences. A stopped

@@ -12,6 +12,7 @@ from alignmt.decoding.hypothesis import (
     max_output_lengths,
 )
 from alignmt.decoding.precision import check_precision, model_at
+from alignmt.decoding.top_words import step_words
 from alignmt.models.seq2seq import Seq2Seq, reorder_state
 from alignmt.models.step_linear import packed_weights
 from alignmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -74,16 +75,11 @@ class GreedySearch:
         prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
         for t in range(T):
             logits, state, alpha = model.step(prev, memory, state)
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
             caps = None
             if rules.some_at_cap(t):
                 caps = limits if active is None else limits[active]
-            log_probs = rules.constrain_(log_probs, t, caps)
-            # max: argmax's first maximum, by the faster CPU kernel, and its log-probability
-            chosen, best = log_probs.max(dim=-1)
-            if caps is not None:
-                best = torch.where(caps <= t, torch.full_like(best, EOS_ID), best)
-                chosen = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
+            top = step_words(logits.float(), 1, rules, t, caps, eos_apart=False)
+            chosen, best = top.log_probs[:, 0], top.words[:, 0]
             if active is None:
                 scores += chosen
                 every_row.append((best, alpha))

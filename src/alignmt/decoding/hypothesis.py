@@ -90,6 +90,10 @@ class OutputRules:
         before `min_length` while no row is at its cap."""
         return caps is not None or step >= self.min_length
 
+    def ruled_out(self, step: int) -> torch.Tensor:
+        """The ids output position `step` may not hold in rows not at their caps."""
+        return self.banned_and_eos if step < self.min_length else self.banned
+
     def constrain_(
         self, log_probs: torch.Tensor, step: int, caps: torch.Tensor | None
     ) -> torch.Tensor:
@@ -97,8 +101,7 @@ class OutputRules:
         `caps` [rows] (None where `some_at_cap(step)` is false)."""
         early = step < self.min_length
         if caps is None:
-            ruled_out = self.banned_and_eos if early else self.banned
-            return log_probs.index_fill_(1, ruled_out, -math.inf)
+            return log_probs.index_fill_(1, self.ruled_out(step), -math.inf)
         log_probs.index_fill_(1, self.banned, -math.inf)
         at_cap = caps <= step
         if early:

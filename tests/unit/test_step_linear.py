@@ -92,11 +92,12 @@ def test_recurrences_with_packed_weights_are_as_exact_as_addmm(name, monkeypatch
 
 
 @needs_onednn
-def test_a_search_reads_out_through_the_weight_packed_for_that_search():
+def test_a_search_reads_out_through_the_weight_packed_while_it_is_unchanged():
     """Inside a search (`packed_weights`) a step's logits (Decoder.step_readout) are the
-    readout's to float32 rounding, through W_o packed once; the next search packs the weight as
-    it is then, after a fused Adam step too (which leaves no version on the parameters); outside
-    a search, at one row, under autograd and for the int8 decoder's layers nothing is packed."""
+    readout's to float32 rounding, through W_o packed once and kept for the next search while
+    the weight is unchanged; a search after a fused Adam step (which leaves no version on the
+    parameters) or a loaded state dict packs the weight as it is then; outside a search, at one
+    row, under autograd and for the int8 decoder's layers nothing is packed."""
     from alignmt.models import RNNSearch
     from alignmt.models.int8 import Int8Linear
 
@@ -108,21 +109,23 @@ def test_a_search_reads_out_through_the_weight_packed_for_that_search():
     def search():
         with step_linear.packed_weights(), torch.no_grad():
             logits = decoder.step_readout(features)
-            packs = step_linear._searching.get()
-            first = packs[(layer, "weight")]
-            assert first.packed is not None
+            pack = step_linear.packed_layer(layer, rows=6)
+            assert pack.packed is not None
             decoder.step_readout(features)
-            assert packs[(layer, "weight")] is first  # packed once per search
+            assert step_linear.packed_layer(layer, rows=6) is pack  # packed once
             exact = copy.deepcopy(decoder).double().readout(features.double())
         torch.testing.assert_close(logits.double(), exact, **TOL)
+        return pack
 
-    search()
+    first = search()
+    assert search() is first  # the same weight: the same pack
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     torch.optim.Adam(model.parameters(), lr=0.5, fused=True).step()
-    search()  # the updated weights, though their versions did not move
+    second = search()  # the updated weights, though their versions did not move
+    assert second is not first
     model.load_state_dict(RNNSearch(20, 15, 16, 16, 24, 16).state_dict())
-    search()
+    assert search() is not second
 
     with torch.no_grad():
         assert torch.equal(decoder.step_readout(features), decoder.readout(features))  # no search
@@ -133,6 +136,27 @@ def test_a_search_reads_out_through_the_weight_packed_for_that_search():
         assert decoder.step_readout(features).requires_grad  # autograd: the readout itself
         int8 = Int8Linear(layer.in_features, layer.out_features)
         assert step_linear.packed_layer(int8, rows=6) is None
+
+
+@needs_onednn
+def test_weights_made_in_inference_mode_are_packed_again_in_each_search():
+    """They keep no version, so an in-place change could not be seen: no pack outlives its
+    search, and the next search reads out through the weight as it is then."""
+    from alignmt.models import RNNSearch
+
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = RNNSearch(20, 15, 16, 16, 24, 16).eval()
+        decoder, layer = model.decoder, model.decoder.maxout.output
+        features = torch.randn(6, decoder.maxout.proj.in_features)
+        packs = []
+        for _ in range(2):
+            with step_linear.packed_weights():
+                logits = decoder.step_readout(features)
+                packs.append(step_linear.packed_layer(layer, rows=6))
+            torch.testing.assert_close(logits, decoder.readout(features), **TOL)
+            layer.weight.mul_(2.0)  # in place, untracked
+    assert packs[0] is not packs[1] and packs[1].packed is not None
 
 
 def _luong():
@@ -171,7 +195,7 @@ def test_a_search_step_with_packed_weights_is_the_models_step(make):
         memory, state = model.start(src, lengths)
         features, next_state, alpha = model.decoder.step(prev, memory, state)
         for module, name in packed_weights:
-            assert step_linear._searching.get()[(module, name)].packed is not None
+            assert step_linear._packs[module][name][1].packed is not None  # the step packed it
         exact_memory, exact_state = exact.start(src, lengths)
         expected = exact.decoder.step(prev, exact_memory, exact_state)
     torch.testing.assert_close(features.double(), expected[0], **TOL)

@@ -19,27 +19,15 @@ import weakref
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.int8 import quantize_decoders_
+from alignmt.models.versions import version
 
 PRECISIONS = ("float32", "bfloat16", "int8")
 
 # (model, precision) -> (the versions of its parameters when copied, the copy)
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-STEPS = "_alignmt_optimizer_steps"  # a parameter's attribute: the optimiser steps that updated it
-
-
-def _count_optimizer_step(optimizer, args, kwargs) -> None:
-    """Fused optimisers (Adam's `fused=True`, the default here) update parameters in place
-    without moving their versions: a step counts as a change of each parameter it holds."""
-    for group in optimizer.param_groups:
-        for parameter in group["params"]:
-            setattr(parameter, STEPS, getattr(parameter, STEPS, 0) + 1)
-
-
-register_optimizer_step_post_hook(_count_optimizer_step)
 
 
 def check_precision(precision: str) -> None:
@@ -48,10 +36,8 @@ def check_precision(precision: str) -> None:
 
 
 def _versions(model: nn.Module) -> tuple:
-    """Changes whenever a parameter or buffer is updated in place (an optimiser step, counted
-    apart since fused ones leave no version) or replaced (a loaded state dict)."""
-    tensors = [*model.parameters(), *model.buffers()]
-    return tuple((id(t), t._version, getattr(t, STEPS, 0)) for t in tensors)
+    """Changes whenever a parameter or buffer is updated in place or replaced."""
+    return tuple(version(t) for t in [*model.parameters(), *model.buffers()])
 
 
 def model_at(precision: str, model: nn.Module) -> nn.Module:

@@ -14,10 +14,13 @@ import contextlib
 import contextvars
 import functools
 import os
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from alignmt.models.versions import version
 
 
 @functools.cache
@@ -70,19 +73,21 @@ class PackedReadout:
         return self.project(self.hidden(features), self.output.bias)
 
 
-# (module, weight name) -> StepLinear, while a search runs (`packed_weights`); None outside
-_searching: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+# module -> {weight name: (the weight's version when packed, StepLinear)}, kept across searches
+_packs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_searching: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "alignmt_packed_weights", default=None
 )
 
 
 @contextlib.contextmanager
 def packed_weights():
-    """Within it, `packed_weight` packs each weight at its first use and reuses it: for one
-    search, whose weights cannot change under it. The packs go at exit, so the next search sees
-    whatever the weights became (an in-place update need not leave a trace: fused Adam's steps
-    leave no version on the parameters)."""
-    token = _searching.set({})
+    """Within it (a search, whose weights cannot change under it), `packed_weight` gives each
+    weight packed. A pack is kept for the next search and made again once the weight has
+    changed (`versions.version`: updated in place, by a fused optimiser too, or replaced):
+    evaluation decodes batch after batch with the same weights. Weights made in inference
+    mode keep no version, so theirs are packed again in each search."""
+    token = _searching.set(object())
     try:
         yield
     finally:
@@ -90,17 +95,18 @@ def packed_weights():
 
 
 def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
-    """`module`'s float32 weight `name` packed for `rows`-row products, once per search
-    (`packed_weights`). None outside a search, where oneDNN would not run it, and for one row,
-    where BLAS's matrix-vector product packs nothing."""
-    packs = _searching.get()
-    weight = getattr(module, name)
-    if packs is None or rows < 2 or weight.device.type != "cpu":
+    """`module`'s float32 weight `name` packed for products of about `rows` rows, inside a
+    search (`packed_weights`). None outside one, where oneDNN would not run it, and for one
+    row, where BLAS's matrix-vector product packs nothing."""
+    weight, search = getattr(module, name), _searching.get()
+    if search is None or rows < 2 or weight.device.type != "cpu":
         return None
-    key = (module, name)
-    if key not in packs:
-        packs[key] = StepLinear(weight.detach(), rows)
-    return packs[key] if packs[key].packed is not None else None
+    packs = _packs.setdefault(module, {})
+    now = (search,) if weight.is_inference() else version(weight)
+    if name not in packs or packs[name][0] != now:
+        packs[name] = (now, StepLinear(weight.detach(), rows))  # holds the weight's data
+    pack = packs[name][1]
+    return pack if pack.packed is not None else None
 
 
 def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:

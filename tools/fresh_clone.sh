@@ -41,6 +41,6 @@ if [ "$size_only" = 0 ]; then
   quickstart_s=$(seconds "$work/quickstart.log" make quickstart)
   echo "make quickstart after the install: ${quickstart_s} s"
   echo "make quickstart from a fresh clone: $((install_s + quickstart_s)) s"
-  echo "quickstart's $(grep -o 'test BLEU [0-9.]*' "$work/quickstart.log" | tail -n 1)"
+  echo "quickstart's $(grep -o 'test BLEU [0-9][0-9.]*' "$work/quickstart.log" | tail -n 1)"
 fi
 [ "$keep" = 0 ] || echo "kept: $work (install.log, quickstart.log, clone/)"

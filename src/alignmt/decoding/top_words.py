@@ -59,8 +59,8 @@ def step_words(
     top = top_words(logits, k, ruled_out, eos_id)
     if top is None:
         return _by_torch(logits, k, rules, step, caps, eos_apart)
-    if caps is None:
-        return top if eos_apart else TopWords(top.log_probs, top.words, None)
+    if caps is None:  # (without eos_apart, top.eos is None here: no [EOS] was asked for)
+        return top
     at_cap = caps <= step  # such a row may hold [EOS] only, even before min_length
     if eos_apart:
         top.log_probs.masked_fill_(at_cap.unsqueeze(1), -math.inf)

@@ -17,8 +17,10 @@ none always runs first. Sections (each can be left out):
   `exact`ly, which at a fixed length does the work `early` stopping does: every hypothesis
   ends at the cap), batches of each `--batch-sizes` (the first `--batch1-sentences` at batch 1).
   alignmt decodes at each of `--precisions`: float32 (exact, the default), bfloat16 (the
-  bfloat16 copy of the model; columns "... bf16") and int8 (int8 vocabulary projections;
-  columns "... int8"). `--no-decoding` keeps the training figures only.
+  bfloat16 copy of the model; columns "... bf16"), int8 (every matrix of the decoder in int8;
+  columns "... int8") and int8_fp16 (the vocabulary projection in int8, the decoder's other
+  matrices with float16 weights; columns "... int8_fp16"). `--no-decoding` keeps the training
+  figures only.
 - extensions: alignmt's RNNsearch trained plainly, with each coverage model and with scheduled
   sampling (and Luong's with scheduled sampling), alternating; tokens/s and the ratio to plain.
 - trained: every system trains once, without interruption, saving a checkpoint every
@@ -26,7 +28,7 @@ none always runs first. Sections (each can be left out):
   greedy decoding of dev, scored here with sacrebleu) is taken while training goes on, and
   training stops at the first checkpoint that reaches `--bleu-target`. That model decodes the
   test set at its natural lengths (at most `--length` tokens), each search and batch size, for
-  every repeat, with test BLEU (so the bf16 and int8 columns show what each precision costs).
+  every repeat, with test BLEU (so the reduced-precision columns show what each precision costs).
   Each checkpoint's dev BLEU is recorded as it comes; the peers take hours to reach the target
   on 2 cores, so an invocation killed on the way is picked up with `--resume-trained` (the same
   command and SCRATCH_DIR) from its last recorded checkpoint, by each system's own resume.
@@ -51,7 +53,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUFFIXES = {"float32": "", "bfloat16": " bf16", "int8": " int8"}  # alignmt's column names
+# alignmt's column names
+SUFFIXES = {"float32": "", "bfloat16": " bf16", "int8": " int8", "int8_fp16": " int8_fp16"}
 sys.path.insert(0, str(HERE / "peers"))
 import peers  # noqa: E402
 from peers import Decoding  # noqa: E402

@@ -5,8 +5,8 @@
         [--save-as NAME] [--save-every N] [--untimed] [--threads 2]
     python benchmarks/workload.py decode WORKLOAD_DIR SCRATCH_DIR --checkpoint PATH
         [--search greedy|beam5] [--batch-size 64] [--min-length 0] [--max-length 100]
-        [--split test|dev] [--sentences N] [--precision float32|bfloat16|int8] [--output FILE]
-        [--threads 2]
+        [--split test|dev] [--sentences N] [--precision float32|bfloat16|int8|int8_fp16]
+        [--output FILE] [--threads 2]
 
 Prints one JSON dict of figures, named as benchmarks/peers/peers.py names them.
 `luong` is the configuration the peers run (embeddings 256, bidirectional GRU encoder of 256
@@ -310,7 +310,8 @@ def main() -> None:
     parser.add_argument("--min-length", type=int, default=0)
     parser.add_argument("--max-length", type=int, default=100)
     parser.add_argument("--split", choices=["test", "dev"], default="test")
-    parser.add_argument("--precision", choices=["float32", "bfloat16", "int8"], default="float32")
+    precisions = ["float32", "bfloat16", "int8", "int8_fp16"]  # decoding/precision.py's
+    parser.add_argument("--precision", choices=precisions, default="float32")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=2)

@@ -114,7 +114,7 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     options = ["--no-peers", "--repeats", "1", "--steps", "3", "--warmup", "1", "--threads", "1"]
     options += ["--length", "5", "--batch-sizes", "4", "--round-steps", "2", "--max-rounds", "1"]
     options += ["--bleu-target", "0", "--extensions", "rnnsearch + neural coverage"]
-    options += ["--precisions", "float32", "int8", "--models", "alignmt-luong"]
+    options += ["--precisions", "float32", "int8_fp16", "--models", "alignmt-luong"]
     out = run_script("compare.py", str(workload), str(scratch), *options,
                      *(f"--override={o}" for o in tiny), timeout=600)  # fmt: skip
     summary = (scratch / "summary.md").read_text()
@@ -130,7 +130,7 @@ def test_compare_writes_the_whole_table_from_one_invocation(tmp_path):
     assert {(r["system"], r["key"]) for r in matched} == {
         (system + precision, f"{search} batch 4")
         for system in ("alignmt-luong",)
-        for precision in ("", " int8")  # float32 has no suffix
+        for precision in ("", " int8_fp16")  # float32 has no suffix
         for search in ("greedy", "beam5")
     }
     for r in matched:  # min = max length: every output has exactly that many words

@@ -1,4 +1,5 @@
-"""Decoding precision: float32 is the searches' exact default, bfloat16 and int8 options."""
+"""Decoding precision: float32 is the searches' exact default; bfloat16, int8 and int8_fp16
+options."""
 
 import copy
 
@@ -13,10 +14,18 @@ from alignmt.models.attention import AdditiveAttention
 from alignmt.models.copy import WithSourceCopy
 from alignmt.models.ensemble import Ensemble
 from alignmt.models.functional import gru_update
-from alignmt.models.int8 import Int8GRU, Int8Linear, int8_recurrent
+from alignmt.models.quantized import (
+    Float16Linear,
+    Int8Linear,
+    QuantizedGRU,
+    QuantizedLinear,
+    quantized_recurrent,
+)
 from alignmt.special_tokens import EOS_ID
 from tests.conftest import compose_config
 
+LOW = ["bfloat16", "int8", "int8_fp16"]  # the precisions other than float32
+ROUNDING = {torch.qint8: 0.05, torch.float16: 0.002}  # relative error allowed, as fbgemm rounds
 MODELS = {
     "rnnsearch": lambda: RNNSearch(40, 30, 8, 6, 10, 4),
     "luong": lambda: Luong(40, 30, 8, 10, 1, rnn_type="gru", attention=AdditiveAttention),
@@ -88,7 +97,7 @@ def configured(family: str, *overrides: str):
         ("rnnencdec", []),
     ],
 )
-@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+@pytest.mark.parametrize("precision", LOW)
 def test_every_model_family_decodes_at_each_precision(family, overrides, precision):
     model = configured(family, *overrides)
     src, lengths = sources()
@@ -96,10 +105,10 @@ def test_every_model_family_decodes_at_each_precision(family, overrides, precisi
         out = search(max_length=4, min_length=4, precision=precision)(model, src, lengths)
         assert [len(n[0].tokens) for n in out] == [4, 4, 4]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    assert not any(isinstance(m, Int8Linear) for m in model.modules())  # the model is left alone
+    assert not any(isinstance(m, QuantizedLinear) for m in model.modules())  # left alone
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+@pytest.mark.parametrize("precision", LOW)
 def test_a_copying_model_decodes_with_its_batchs_copy_ids(precision):
     model = configured("rnnsearch", "model/copy=pointer_generator")
     src, lengths = sources()
@@ -112,7 +121,7 @@ def test_a_copying_model_decodes_with_its_batchs_copy_ids(precision):
     assert model_at(precision, bound).model is model_at(precision, model)
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+@pytest.mark.parametrize("precision", LOW)
 def test_an_ensemble_decodes_at_each_precision(precision):
     members = [configured("rnnsearch"), configured("luong")]
     src, lengths = sources()
@@ -142,7 +151,7 @@ def test_the_bfloat16_copy_is_made_once_and_again_after_the_weights_change():
     assert [h[0].tokens for h in search(model, src, lengths)] == [h[0].tokens for h in fresh]
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+@pytest.mark.parametrize("precision", LOW)
 def test_a_copy_is_made_again_after_a_fused_optimiser_step(precision):
     """Fused Adam, the default optimiser, updates the weights in place without moving their
     versions: validation decoding during training must still read the new weights. Another
@@ -210,23 +219,45 @@ def test_int8_copies_follow_the_weights_and_leave_the_model_alone():
     assert close.abs().max() < 0.1 * stale.abs().max()
 
 
-def test_int8_is_refused_off_cpu():
+def test_the_float16_projection_is_the_product_by_the_weights_rounded_to_float16():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 300)
+    x = torch.randn(17, 64) * 3
+    rounded = torch.nn.functional.linear(x, layer.weight.half().float(), layer.bias)
+    with torch.inference_mode():
+        low = Float16Linear.of(layer)(x)
+    torch.testing.assert_close(low, rounded, rtol=1e-5, atol=1e-5)  # float32 sums, any order
+    assert (low - layer(x)).abs().max() > 1e-4  # the weights were rounded
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8_fp16"])
+def test_a_quantized_precision_is_refused_off_cpu(precision):
     with torch.device("meta"):
         model = Luong(40, 30, 8, 10, 1, rnn_type="gru", attention=AdditiveAttention)
-    with pytest.raises(ValueError, match="int8 runs on CPU only"):
-        model_at("int8", model)
+    with pytest.raises(ValueError, match=f"precision={precision} runs on CPU only"):
+        model_at(precision, model)
 
 
+def test_float16_weights_are_refused_without_fbgemm(monkeypatch):
+    """ARM builds of torch quantize with qnnpack only, which has no float16 products."""
+    monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack"])
+    model = configured("luong")
+    with pytest.raises(ValueError, match="int8_fp16 needs fbgemm"):
+        model_at("int8_fp16", model)
+    assert isinstance(model_at("int8", model).decoder.output, Int8Linear)
+
+
+@pytest.mark.parametrize("dtype", [torch.qint8, torch.float16])
 @pytest.mark.parametrize("rnn_type", [torch.nn.GRU, torch.nn.LSTM])
-def test_the_int8_recurrent_layer_runs_the_same_recurrence_to_within_rounding(rnn_type):
+def test_the_quantized_recurrent_layer_runs_the_same_recurrence_to_within_rounding(rnn_type, dtype):
     torch.manual_seed(0)
     rnn = rnn_type(24, 32, num_layers=2, batch_first=True)
     x = torch.randn(5, 7, 24)
     with torch.inference_mode():
         exact, _ = rnn(x)
-        low, _ = int8_recurrent(rnn)(x)
+        low, _ = quantized_recurrent(rnn, dtype)(x)
     error = (low - exact).abs().max()
-    assert 0 < error < 0.05 * exact.abs().max()  # int8 ran, and rounded only
+    assert 0 < error < ROUNDING[dtype] * exact.abs().max()  # quantized, and rounded only
 
 
 @pytest.mark.parametrize(
@@ -238,14 +269,23 @@ def test_the_int8_recurrent_layer_runs_the_same_recurrence_to_within_rounding(rn
         ("rnnencdec", []),
     ],
 )
-def test_the_int8_decoder_step_is_the_float_step_to_within_rounding(family, overrides):
-    """Every matrix of the decoder in int8 (vectors and the encoder stay float32): one step
-    from the same state gives the same logits and next state, up to rounding."""
+@pytest.mark.parametrize("precision", ["int8", "int8_fp16"])
+def test_the_quantized_decoder_step_is_the_float_step_to_within_rounding(
+    family, overrides, precision
+):
+    """Every matrix of the decoder quantized (vectors and the encoder stay float32): one step
+    from the same state gives the same logits and next state, up to rounding: int8's for the
+    logits; int8's, or with int8_fp16 float16's, for the state."""
     model = configured(family, *overrides)
-    low = model_at("int8", model)
+    low = model_at(precision, model)
     layers = [m for m in low.decoder.modules() if type(m) is torch.nn.Linear]
     assert all(1 in (m.in_features, m.out_features) for m in layers)
-    assert not any(isinstance(m, Int8Linear) for m in low.encoder.modules())
+    assert not any(isinstance(m, QuantizedLinear) for m in low.encoder.modules())
+    state_type = {"int8": Int8Linear, "int8_fp16": Float16Linear}[precision]
+    projection = low.decoder.split_readout()[1]
+    assert type(projection) is Int8Linear
+    others = [m for m in low.decoder.modules() if isinstance(m, QuantizedLinear)]
+    assert len(others) > 1 and all(type(m) is state_type for m in others if m is not projection)
     src, lengths = sources()
     tokens = torch.tensor([5, 6, 7])
     with torch.inference_mode():
@@ -253,20 +293,24 @@ def test_the_int8_decoder_step_is_the_float_step_to_within_rounding(family, over
         for m in (model, low):
             logits, state, _ = m.step(tokens, *m.start(src, lengths))
             results.append((logits, state["hidden"]))
-    for exact, rounded in zip(*results, strict=True):
+    state_rounding = ROUNDING[torch.float16 if precision == "int8_fp16" else torch.qint8]
+    for exact, rounded, bound in zip(*results, (0.05, state_rounding), strict=True):
         error = (rounded - exact).abs().max()
-        assert 0 < error < 0.05 * exact.abs().max()
+        assert 0 < error < bound * exact.abs().max()
 
 
+@pytest.mark.parametrize("dtype", [torch.qint8, torch.float16])
 @pytest.mark.parametrize("batch_first", [True, False])
-def test_the_int8_gru_is_the_gru_to_within_rounding_and_its_steps_are_its_sequence(batch_first):
-    """A search steps the int8 decoder's GRU by its `gates` and gru_update; over a sequence it
-    gives exactly those steps, and both are torch.nn.GRU to within int8 rounding."""
+def test_the_quantized_gru_is_the_gru_to_within_rounding_and_its_steps_are_its_sequence(
+    batch_first, dtype
+):
+    """A search steps a quantized decoder's GRU by its `gates` and gru_update; over a sequence
+    it gives exactly those steps, and both are torch.nn.GRU to within rounding."""
     torch.manual_seed(0)
     gru = torch.nn.GRU(24, 32, batch_first=batch_first)
     x, h0 = torch.randn(5, 7, 24), torch.randn(1, 5, 32)
     inputs = x if batch_first else x.transpose(0, 1)
-    low = Int8GRU(gru)
+    low = QuantizedGRU(gru, dtype)
     with torch.inference_mode():
         exact, _ = gru(inputs, h0)
         outputs, last = low(inputs, h0)
@@ -277,14 +321,15 @@ def test_the_int8_gru_is_the_gru_to_within_rounding_and_its_steps_are_its_sequen
     steps = torch.stack(steps, 1 if batch_first else 0)
     assert torch.equal(outputs, steps) and torch.equal(last[0], state)
     error = (outputs - exact).abs().max()
-    assert 0 < error < 0.05 * exact.abs().max()
+    assert 0 < error < ROUNDING[dtype] * exact.abs().max()
     torch.testing.assert_close(
         last, outputs[:, -1:].transpose(0, 1) if batch_first else outputs[-1:]
     )
 
 
-def test_a_one_layer_gru_decoder_gets_the_int8_gru_and_a_stacked_one_torchs():
+@pytest.mark.parametrize("precision", ["int8", "int8_fp16"])
+def test_a_one_layer_gru_decoder_gets_the_quantized_gru_and_a_stacked_one_torchs(precision):
     gru = ["model.rnn_type=gru", "model.bidirectional_encoder=true"]
     one, two = configured("luong", *gru), configured("luong", *gru, "model.num_layers=2")
-    assert isinstance(model_at("int8", one).decoder.rnn, Int8GRU)
-    assert not isinstance(model_at("int8", two).decoder.rnn, Int8GRU)
+    assert isinstance(model_at(precision, one).decoder.rnn, QuantizedGRU)
+    assert not isinstance(model_at(precision, two).decoder.rnn, QuantizedGRU)

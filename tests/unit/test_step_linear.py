@@ -99,7 +99,7 @@ def test_a_search_reads_out_through_the_weight_packed_while_it_is_unchanged():
     parameters) or a loaded state dict packs the weight as it is then; outside a search, at one
     row, under autograd and for the int8 decoder's layers nothing is packed."""
     from alignmt.models import RNNSearch
-    from alignmt.models.int8 import Int8Linear
+    from alignmt.models.quantized import Int8Linear
 
     torch.manual_seed(0)
     model = RNNSearch(20, 15, 16, 16, 24, 16).eval()

@@ -123,8 +123,8 @@ class LuongDecoder(Decoder):
     def _rnn_step(self, x: torch.Tensor, state: DecoderState):
         """One step of the RNN on inputs [B, I] -> (top state [B, H], next state). Outside
         autograd a one-layer GRU steps by its two products (step_linear.gru_gates: weights
-        packed once per search, int8 in the int8 decoder), where torch.nn.GRU's own call for
-        one step costs more than the products."""
+        packed once per search, or quantized), where torch.nn.GRU's own call for one step costs
+        more than the products."""
         gates = gru_gates(self.rnn, x.size(0))
         if gates is not None:
             hidden = state["hidden"][:, 0]

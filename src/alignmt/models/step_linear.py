@@ -110,7 +110,7 @@ def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
 
 
 def packed_layer(layer: nn.Module, rows: int) -> StepLinear | None:
-    """`packed_weight` of a plain nn.Linear; None for subclasses (the int8 decoder's layers),
+    """`packed_weight` of a plain nn.Linear; None for subclasses (the quantized decoders' layers),
     which multiply their own way."""
     return packed_weight(layer, "weight", rows) if type(layer) is nn.Linear else None
 
@@ -131,7 +131,7 @@ def is_one_layer_gru(rnn: nn.Module) -> bool:
 def gru_gates(rnn: nn.Module, rows: int):
     """For one search step of a one-layer, one-way GRU outside autograd: a function (x, h) ->
     (W_ih x + b_ih, W_hh h + b_hh), the pre-activations functional.gru_update takes; None for
-    other layers (stacked, two-way, LSTMs) and off CPU. The int8 decoder's GRU brings its own
+    other layers (stacked, two-way, LSTMs) and off CPU. A quantized decoder's GRU brings its own
     (a `gates` method); torch.nn.GRU's weights multiply packed once per search (`packed_weight`),
     or at one row by BLAS's matrix-vector product: torch's GRU call for one step costs about
     twice its two products there."""

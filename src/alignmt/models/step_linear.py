@@ -73,7 +73,7 @@ class PackedReadout:
         return self.project(self.hidden(features), self.output.bias)
 
 
-# module -> {weight name: (the weight's version when packed, StepLinear)}, kept across searches
+# module -> {weight name: [the weight's version when packed, StepLinear, the last search]}
 _packs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _searching: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "alignmt_packed_weights", default=None
@@ -84,9 +84,10 @@ _searching: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 def packed_weights():
     """Within it (a search, whose weights cannot change under it), `packed_weight` gives each
     weight packed. A pack is kept for the next search and made again once the weight has
-    changed (`versions.version`: updated in place, by a fused optimiser too, or replaced):
-    evaluation decodes batch after batch with the same weights. Weights made in inference
-    mode keep no version, so theirs are packed again in each search."""
+    changed (`versions.version`: updated in place, by a fused optimiser too, or replaced),
+    which is checked once per search: evaluation decodes batch after batch with the same
+    weights. Weights made in inference mode keep no version, so theirs are packed again in
+    each search."""
     token = _searching.set(object())
     try:
         yield
@@ -102,10 +103,13 @@ def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
     if search is None or rows < 2 or weight.device.type != "cpu":
         return None
     packs = _packs.setdefault(module, {})
-    now = (search,) if weight.is_inference() else version(weight)
-    if name not in packs or packs[name][0] != now:
-        packs[name] = (now, StepLinear(weight.detach(), rows))  # holds the weight's data
-    pack = packs[name][1]
+    kept = packs.get(name)
+    if kept is None or kept[2] is not search:
+        now = (search,) if weight.is_inference() else version(weight)
+        if kept is None or kept[0] != now:
+            kept = packs[name] = [now, StepLinear(weight.detach(), rows), search]  # holds data
+        kept[2] = search
+    pack = kept[1]
     return pack if pack.packed is not None else None
 
 

@@ -333,3 +333,31 @@ def test_a_one_layer_gru_decoder_gets_the_quantized_gru_and_a_stacked_one_torchs
     one, two = configured("luong", *gru), configured("luong", *gru, "model.num_layers=2")
     assert isinstance(model_at(precision, one).decoder.rnn, QuantizedGRU)
     assert not isinstance(model_at(precision, two).decoder.rnn, QuantizedGRU)
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_a_model_made_in_inference_mode_decodes_at_each_precision_and_its_changes_are_seen(
+    precision,
+):
+    """Inference tensors keep no version: the copy is made again for each search."""
+    model = configured("luong")
+    with torch.inference_mode():
+        frozen = copy.deepcopy(model)
+        for p, q in zip(frozen.parameters(), model.parameters(), strict=True):
+            p.data = q.detach().clone()
+    assert all(p.is_inference() for p in frozen.parameters())
+    src, lengths = sources()
+    search = GreedySearch(max_length=4, precision=precision)
+
+    def outputs(m):
+        with torch.inference_mode():
+            return [(h[0].tokens, h[0].score) for h in search(m, src, lengths)]
+
+    assert outputs(frozen) == outputs(model)
+    with torch.inference_mode(), torch.no_grad():
+        for p in frozen.parameters():
+            p.mul_(-1.5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(-1.5)
+    assert outputs(frozen) == outputs(model)

@@ -40,9 +40,14 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def _versions(model: nn.Module) -> tuple:
-    """Changes whenever a parameter or buffer is updated in place or replaced."""
-    return tuple(version(t) for t in [*model.parameters(), *model.buffers()])
+def _versions(model: nn.Module) -> tuple | None:
+    """Changes whenever a parameter or buffer is updated in place or replaced; None where one
+    was made in inference mode, which keeps no version: such a model's copy is made again for
+    each search."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(t.is_inference() for t in tensors):
+        return None
+    return tuple(version(t) for t in tensors)
 
 
 def model_at(precision: str, model: nn.Module) -> nn.Module:
@@ -57,7 +62,7 @@ def model_at(precision: str, model: nn.Module) -> nn.Module:
     versions = _versions(model)
     copies = _copies.setdefault(model, {})
     cached = copies.get(precision)
-    if cached is None or cached[0] != versions:
+    if cached is None or versions is None or cached[0] != versions:
         # Outside inference mode, whatever the caller is in: the copy outlives this call.
         with torch.inference_mode(False), torch.no_grad():
             low = copy.deepcopy(model)

@@ -306,3 +306,15 @@ def test_trained_table_says_how_each_model_was_trained(monkeypatch, tmp_path):
     assert "| dev BLEU (greedy) | 92.97 | 48.76 |  |" in summary
     assert "| reached the target | yes | **no** |  |" in summary
     assert "| resumed at steps | 500 | - |  |" in summary
+
+
+def test_precision_layers_reports_each_decoder_matrix_in_int8_alone(trained_run):
+    """float32 against itself changes nothing; every matrix of the decoder gets a row."""
+    _, metrics = trained_run
+    out = run_script("precision_layers.py", metrics["best_checkpoint"], "--batch-size", "4")
+    assert figure(r"\| float32 \| (\d+) \|", out) == 0
+    assert figure(r"\| float32 \| 0 \| [\d.]+ \| ([+-][\d.]+) \|", out) == 0
+    layers = re.findall(r"\| `([\w.]+)` alone in int8 \| \d+ \| [\d.]+ \| [+-][\d.]+ \|", out)
+    assert {"recurrent_proj", "maxout.proj", "maxout.output"} <= set(layers)
+    for precision in ("int8", "int8_fp16"):
+        assert 0 <= figure(rf"precision={precision} \| \d+ \| ([\d.]+) \|", out) <= 100

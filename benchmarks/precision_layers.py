@@ -4,7 +4,7 @@
         [--search greedy|beam5] [--batch-size 64] [--max-length 100] [--threads 2]
 
 Decodes the split at natural lengths in float32, then once with each matrix of the decoder (its
-linear layers and a one-layer GRU) in int8 alone, the rest float32, then at each quantized
+linear layers and a one-layer GRU) in int8 alone, the rest float32, then at each reduced
 `decoding.precision`; prints, for each, how many outputs differ from float32's and the BLEU
 (sacrebleu), also less float32's, against the references: the lines of FILE, else the split's
 own targets as the model's vocabulary spells them ([UNK] for words it lacks). Batches are
@@ -36,7 +36,7 @@ def main() -> None:
     from alignmt.build import restore
     from alignmt.data.batching import LengthBucketSampler, collate
     from alignmt.decoding import BeamSearch, GreedySearch
-    from alignmt.decoding.precision import QUANTIZED
+    from alignmt.decoding.precision import PRECISIONS
     from alignmt.models.quantized import Int8Linear, QuantizedGRU
     from alignmt.models.step_linear import is_one_layer_gru
 
@@ -99,7 +99,7 @@ def main() -> None:
     report("float32", exact)
     for path in layers:
         report(f"`{path}` alone in int8", decode(with_int8(path)))
-    for precision in QUANTIZED:
+    for precision in PRECISIONS[1:]:  # after float32
         report(f"decoding.precision={precision}", decode(model, precision))
 
 

@@ -226,3 +226,22 @@ def test_at_one_row_the_luong_gru_steps_by_its_two_products_as_torchs_gru_does()
     torch.testing.assert_close(features.double(), expected[0].detach(), **TOL)
     torch.testing.assert_close(state["hidden"].double(), exact_state["hidden"].detach(), **TOL)
     torch.testing.assert_close(alpha.double(), expected[2].detach(), **TOL)
+
+
+@needs_onednn
+@pytest.mark.skipif(not step_linear.native_bfloat16(), reason="no native bfloat16 here")
+def test_bfloat16_weights_are_packed_and_multiply_to_bfloat16_rounding():
+    """The bfloat16 decoding copy's products: float32 sums of bfloat16 factors, rounded once
+    to bfloat16 (8 significant bits)."""
+    torch.manual_seed(0)
+    B, n_in, n_out = 6, 37, 23
+    weight, x, bias = (torch.randn(*s).bfloat16() for s in ((n_out, n_in), (B, n_in), (n_out,)))
+    by_weight = StepLinear(weight, B)
+    assert by_weight.packed is not None
+    y = by_weight(x, bias)
+    assert y.dtype == torch.bfloat16
+    exact = x.double() @ weight.double().t() + bias.double()
+    torch.testing.assert_close(y.double(), exact, rtol=2**-8, atol=2**-8 * exact.abs().max())
+    layer = torch.nn.Linear(n_in, n_out).bfloat16()
+    with step_linear.packed_weights(), torch.no_grad():
+        assert step_linear.packed_layer(layer, rows=B) is not None

@@ -4,8 +4,10 @@ A recurrence multiplies a small batch by the same weight at every step, forward 
 BLAS packs the weight into its kernel layout on every call, which at a batch of a few dozen
 rows costs a good part of the product; oneDNN's linear takes a weight reordered into that
 layout once (as PyTorch's own frozen CPU graphs use it), so a pass packs each weight once.
-Where oneDNN cannot run it (other dtypes or devices, a build without it, ALIGNMT_ONEDNN=0),
-the same products run as torch.addmm; both compute x W^T + b to float32 rounding.
+bfloat16 weights (the bfloat16 decoding copy) are packed too where the CPU multiplies
+bfloat16 natively (AMX, AVX-512 BF16): unpacked, their products miss those units. Where oneDNN
+cannot run it (other dtypes or devices, a build without it, ALIGNMT_ONEDNN=0), the same
+products run as torch.addmm; both compute x W^T + b to the dtype's rounding.
 """
 
 from __future__ import annotations
@@ -31,13 +33,27 @@ def onednn_available() -> bool:
     return hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight")
 
 
+@functools.cache
+def native_bfloat16() -> bool:
+    """Whether oneDNN multiplies bfloat16 with this CPU's own units (AMX, AVX-512 BF16)."""
+    try:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (AttributeError, RuntimeError):  # a private op: a torch release may drop it
+        return False
+
+
+def packable(weight: torch.Tensor) -> bool:
+    dtypes = (torch.float32, torch.bfloat16) if native_bfloat16() else (torch.float32,)
+    return weight.dtype in dtypes and weight.device.type == "cpu" and onednn_available()
+
+
 class StepLinear:
     """x W^T (+ bias, + other) for one weight W [out, in] and inputs of `batch` rows."""
 
     def __init__(self, weight: torch.Tensor, batch: int):
         self.weight = weight
         self.packed = None
-        if weight.dtype == torch.float32 and weight.device.type == "cpu" and onednn_available():
+        if packable(weight):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
 
     def __call__(self, x, bias=None, out=None) -> torch.Tensor:
@@ -96,7 +112,7 @@ def packed_weights():
 
 
 def packed_weight(module: nn.Module, name: str, rows: int) -> StepLinear | None:
-    """`module`'s float32 weight `name` packed for products of about `rows` rows, inside a
+    """`module`'s weight `name` packed for products of about `rows` rows, inside a
     search (`packed_weights`). None outside one, where oneDNN would not run it, and for one
     row, where BLAS's matrix-vector product packs nothing."""
     weight, search = getattr(module, name), _searching.get()

@@ -37,7 +37,7 @@ def main() -> None:
     from alignmt.data.batching import LengthBucketSampler, collate
     from alignmt.decoding import BeamSearch, GreedySearch
     from alignmt.decoding.precision import PRECISIONS
-    from alignmt.models.quantized import Int8Linear, QuantizedGRU
+    from alignmt.models.quantized import Int8Linear, QuantizedGRU, is_matrix
     from alignmt.models.step_linear import is_one_layer_gru
 
     torch.set_num_threads(args.threads)
@@ -88,8 +88,7 @@ def main() -> None:
     layers = [
         path
         for path, layer in model.decoder.named_modules()
-        if is_one_layer_gru(layer)
-        or (type(layer) is torch.nn.Linear and min(layer.in_features, layer.out_features) > 1)
+        if is_one_layer_gru(layer) or is_matrix(layer)
     ]
     print(f"{args.checkpoint}: {args.split}, {args.search} at batch {args.batch_size}, ", end="")
     print(f"{len(pairs)} sentences\n")

@@ -143,6 +143,12 @@ def quantized_recurrent(rnn: nn.GRU | nn.LSTM, dtype: torch.dtype = torch.qint8)
         return getattr(dynamic, type(rnn).__name__).from_float(float_rnn)
 
 
+def is_matrix(layer: nn.Module) -> bool:
+    """A plain linear layer that is a matrix: vectors (additive attention's v_a) stay float32,
+    a dot product gains nothing from quantizing."""
+    return type(layer) is nn.Linear and min(layer.in_features, layer.out_features) > 1
+
+
 def quantize_decoders_(
     model: nn.Module, vocabulary: torch.dtype = torch.qint8, others: torch.dtype = torch.qint8
 ) -> int:
@@ -160,7 +166,7 @@ def quantize_decoders_(
         for parent in list(decoder.modules()):
             for name, child in list(parent.named_children()):
                 dtype = vocabulary if child is projection else others
-                if type(child) is nn.Linear and min(child.in_features, child.out_features) > 1:
+                if is_matrix(child):
                     setattr(parent, name, LINEAR[dtype].of(child))
                 elif is_one_layer_gru(child):
                     setattr(parent, name, QuantizedGRU(child, dtype))

@@ -19,6 +19,7 @@ from alignmt.models.quantized import (
     Int8Linear,
     QuantizedGRU,
     QuantizedLinear,
+    amx_int8,
     quantized_recurrent,
 )
 from alignmt.special_tokens import EOS_ID
@@ -177,7 +178,24 @@ def test_the_bfloat16_copy_follows_the_models_mode():
     assert model_at("bfloat16", model).training
 
 
-def test_the_int8_projection_is_within_its_quantization_error():
+WIDE = [
+    "fbgemm",
+    pytest.param("onednn", marks=pytest.mark.skipif(not amx_int8(), reason="no AMX int8 here")),
+]
+
+
+def int8_layer(layer, engine, monkeypatch):
+    """Int8Linear.of(layer), multiplying 17 rows with `engine`'s packed weight."""
+    if engine == "onednn":  # from any number of rows
+        monkeypatch.setattr(Int8Linear, "WIDE_ROWS", 1)
+        monkeypatch.setattr(Int8Linear, "WIDE_PRODUCT", 1)
+    low = Int8Linear.of(layer)
+    assert (low.packed_for(17) is low.wide) == (engine == "onednn")
+    return low
+
+
+@pytest.mark.parametrize("engine", WIDE)
+def test_the_int8_projection_is_within_its_quantization_error(engine, monkeypatch):
     """Against the analytic bound of rounding both factors: with inputs x on a grid of step
     s_x = (max x - min x) / 127 (at most, 7-bit activations) and each weight row W_j on a grid of
     step s_j = max |W_j| / 127, |x^ . W^_j - x . W_j| <= sum_k (|W_jk| s_x + |x_k| s_j) / 2
@@ -187,7 +205,7 @@ def test_the_int8_projection_is_within_its_quantization_error():
     x = torch.randn(17, 64) * 3
     exact = layer(x)
     with torch.inference_mode():
-        low = Int8Linear.of(layer)(x)
+        low = int8_layer(layer, engine, monkeypatch)(x)
     s_x = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
     s_w = layer.weight.abs().amax(1) / 127  # [300]
     bound = (
@@ -199,6 +217,31 @@ def test_the_int8_projection_is_within_its_quantization_error():
     assert bool((error <= bound * 1.001).all())
     assert error.max() > 0  # the product did run in int8
     assert error.max() < 0.05 * exact.abs().max()
+
+
+@pytest.mark.skipif(not amx_int8(), reason="no AMX int8 here")
+def test_both_int8_engines_multiply_the_same_integers(monkeypatch):
+    """fbgemm and oneDNN round the same inputs to the same integers: their products differ by
+    float rounding only, far below the int8 rounding itself."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(512, 2000)
+    x = torch.randn(40, 512) * 3
+    with torch.inference_mode():
+        narrow = int8_layer(layer, "fbgemm", monkeypatch)(x)
+        wide = int8_layer(layer, "onednn", monkeypatch)(x)
+        rounding = (narrow - layer(x)).abs().max()
+    torch.testing.assert_close(wide, narrow, rtol=1e-5, atol=1e-4 * narrow.abs().max().item())
+    assert (wide - narrow).abs().max() < 1e-3 * rounding
+
+
+def test_int8_multiplies_many_rows_with_onednn_only_where_it_has_amx():
+    vocabulary = Int8Linear.of(torch.nn.Linear(512, 8000))
+    assert vocabulary.packed_for(1) is vocabulary.packed
+    assert vocabulary.packed_for(31) is vocabulary.packed  # fbgemm's rows (a beam at batch 1)
+    assert (vocabulary.wide is not None) == amx_int8()
+    assert vocabulary.packed_for(64) is (vocabulary.wide if amx_int8() else vocabulary.packed)
+    small = Int8Linear.of(torch.nn.Linear(512, 512))
+    assert small.packed_for(64) is small.packed  # too small a product for oneDNN to pay
 
 
 def test_int8_copies_follow_the_weights_and_leave_the_model_alone():

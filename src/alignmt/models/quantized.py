@@ -2,7 +2,8 @@
 or float16 weights.
 
 At batch 1 a decoding step is bound by reading its weights; int8 reads a quarter of the bytes
-and float16 half, and fbgemm multiplies both at least as fast as float32 at any batch. Dynamic
+and float16 half, and fbgemm multiplies both at least as fast as float32 at any batch (int8
+products of many rows run in oneDNN where the CPU has AMX: faster there). Dynamic
 quantization: weights rounded once (int8 per output row), activations quantized as they come
 (int8) or kept float32 (float16 weights, float32 sums). int8 rounds to about 8 significant bits,
 float16 to 11. The encoder stays float32: it runs once per sentence, not once per output word.
@@ -53,7 +54,27 @@ class QuantizedLinear(nn.Linear):
 
 
 class Int8Linear(QuantizedLinear):
-    """int8 weights, rounded per output row; int8 activations, scaled per call."""
+    """int8 weights, rounded per output row; int8 activations, scaled per call. fbgemm
+    multiplies few rows faster; where the CPU has AMX int8 units, oneDNN multiplies many rows
+    faster, so such a layer keeps a second copy packed for oneDNN and uses it from `wide_from`
+    rows. Both multiply the same integers: their results differ by float rounding only."""
+
+    WIDE_ROWS = 32  # oneDNN takes products of at least this many rows ...
+    WIDE_PRODUCT = 2**25  # ... and at least this many multiply-adds
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> Int8Linear:
+        layer = super().of(linear)
+        layer.wide = None
+        if amx_int8():
+            with torch.no_grad(), _engine("onednn"):
+                layer.wide = cls.pack(linear)
+        layer.wide_from = max(cls.WIDE_ROWS, -(-cls.WIDE_PRODUCT // linear.weight.numel()))
+        return layer
+
+    def packed_for(self, rows: int):
+        """The packed weight a product of `rows` rows multiplies by."""
+        return self.wide if self.wide is not None and rows >= self.wide_from else self.packed
 
     @staticmethod
     def pack(linear: nn.Linear):
@@ -68,8 +89,9 @@ class Int8Linear(QuantizedLinear):
             return DynamicLinear.from_float(float_layer)._packed_params._packed_params
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        packed = self.packed_for(inputs.numel() // self.in_features)
         # reduce_range: 7-bit activations, as torch's module multiplies (no overflow in fbgemm)
-        return _linear_dynamic(inputs, self.packed, reduce_range=True)
+        return _linear_dynamic(inputs, packed, reduce_range=True)
 
 
 class Float16Linear(QuantizedLinear):
@@ -176,6 +198,27 @@ def quantize_decoders_(
                     continue
                 replaced += 1
     return replaced
+
+
+def amx_int8() -> bool:
+    """Whether this CPU has AMX int8 units and torch has oneDNN's quantized engine."""
+    try:
+        amx = torch.cpu._is_amx_tile_supported()  # private: a torch release may drop it
+    except AttributeError:
+        return False
+    return amx and "onednn" in torch.backends.quantized.supported_engines
+
+
+@contextmanager
+def _engine(name: str):
+    """torch packs quantized weights for the engine set when it packs them; each packed weight
+    then multiplies with its own engine."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = name
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = before
 
 
 @contextmanager
